@@ -1,0 +1,39 @@
+# Two commands do everything on a fresh machine: `make run` and `make test`.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+TEST_STAMP := $(VENV)/.installed-test
+SAMPLE ?= sample_models/transformer_block.onnx
+
+.PHONY: run test samples bench clean
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+
+$(STAMP): pyproject.toml | $(PY)
+	$(PY) -m pip install -q -e .
+	touch $@
+
+$(TEST_STAMP): pyproject.toml $(STAMP)
+	$(PY) -m pip install -q -e '.[test]'
+	touch $@
+
+samples: $(STAMP)
+	$(PY) sample_models/build.py
+
+run: $(STAMP)
+	@test -f $(SAMPLE) || $(PY) sample_models/build.py
+	$(VENV)/bin/bisect-tui tui $(SAMPLE)
+
+test: $(TEST_STAMP)
+	$(PY) sample_models/build.py
+	$(PY) -m pytest -q
+
+bench: $(TEST_STAMP)
+	$(PY) bench/baseline_memory.py
+	$(PY) bench/bisect_vs_debug_reduce.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache build *.egg-info

@@ -1,0 +1,3 @@
+from bisect_tui.cli import main
+
+raise SystemExit(main())

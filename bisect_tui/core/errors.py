@@ -1,0 +1,31 @@
+"""User-facing errors and the exit codes the CLI documents.
+
+A `UserError` carries one line that is printed as-is (no traceback) and the
+exit code it maps to. Everything that is the user's input being wrong raises it;
+anything else is a bug and keeps its traceback.
+"""
+
+from __future__ import annotations
+
+import enum
+
+
+class ExitCode(enum.IntEnum):
+    OK = 0  # within tolerance / nothing to find
+    TOLERANCE = 1  # tolerance broken (check) or culprits found (bisect)
+    USAGE = 2  # usage error or bad input
+    NONDETERMINISTIC = 3  # baseline differs between two runs
+    NAN_INF = 4  # NaN/Inf in the baseline
+    CANCELLED = 130  # interrupted by the user; the session directory can be resumed
+
+
+class UserError(Exception):
+    """A problem with what the user gave us, reported as one line."""
+
+    def __init__(self, message: str, code: ExitCode = ExitCode.USAGE):
+        super().__init__(message)
+        self.code = code
+
+
+class Cancelled(Exception):
+    """Raised inside core work when its cancel token is set."""

@@ -1,0 +1,214 @@
+"""ONNX graph helpers: naming, topology, marking outputs, and types of tensors.
+
+All engines build from the *prepared* model (every node named, written once into
+the session directory), so node names are stable keys everywhere: in the
+baseline manifest, the fused-node map, bisection steps and reports.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable, Optional
+
+import onnx
+from onnx import helper, shape_inference
+
+_SAFE = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+def safe_name(name: str, limit: int = 80) -> str:
+    """A tensor name made safe for every file system (and still readable)."""
+    s = _SAFE.sub("_", name).strip("._") or "tensor"
+    if len(s) > limit:
+        import hashlib
+
+        digest = hashlib.sha1(name.encode()).hexdigest()[:8]
+        s = s[: limit - 9] + "_" + digest
+    return s
+
+
+def name_nodes(model: onnx.ModelProto) -> int:
+    """Give every unnamed (or duplicate-named) top-level node a unique name.
+
+    Returns how many nodes were renamed. Names follow `{op}_{index}` so users
+    can find them in Netron by position."""
+    seen: set[str] = set()
+    renamed = 0
+    for i, node in enumerate(model.graph.node):
+        if not node.name or node.name in seen:
+            base = f"{node.op_type}_{i}"
+            name = base
+            k = 1
+            while name in seen:
+                name = f"{base}_{k}"
+                k += 1
+            node.name = name
+            renamed += 1
+        seen.add(node.name)
+    return renamed
+
+
+@dataclass
+class GraphIndex:
+    """Topology of the top-level graph, computed once per model."""
+
+    nodes: list[onnx.NodeProto]
+    order: dict[str, int]  # node name -> topological index
+    producer: dict[str, str]  # tensor -> node name
+    consumers: dict[str, list[str]]  # tensor -> node names
+    graph_inputs: list[str]
+    graph_outputs: list[str]
+    initializers: set[str]
+    by_name: dict[str, onnx.NodeProto] = field(default_factory=dict)
+
+    @classmethod
+    def build(cls, model: onnx.ModelProto) -> "GraphIndex":
+        g = model.graph
+        inits = {i.name for i in g.initializer} | {
+            i.name for i in g.sparse_initializer
+        }
+        nodes = toposort(list(g.node), {i.name for i in g.input} | inits)
+        producer: dict[str, str] = {}
+        consumers: dict[str, list[str]] = defaultdict(list)
+        for n in nodes:
+            for o in n.output:
+                if o:
+                    producer[o] = n.name
+            for t in node_inputs(n):
+                consumers[t].append(n.name)
+        return cls(
+            nodes=nodes,
+            order={n.name: i for i, n in enumerate(nodes)},
+            producer=producer,
+            consumers=dict(consumers),
+            graph_inputs=[i.name for i in g.input if i.name not in inits],
+            graph_outputs=[o.name for o in g.output],
+            initializers=inits,
+            by_name={n.name: n for n in nodes},
+        )
+
+    def intermediate_tensors(self) -> list[str]:
+        """Every tensor produced by a node, in topological order (outputs included)."""
+        out = []
+        for n in self.nodes:
+            out.extend(o for o in n.output if o)
+        return out
+
+    def ancestors_within(self, tensors: Iterable[str], stop: set[str]) -> list[str]:
+        """Node names reached walking back from `tensors`, not crossing `stop` tensors."""
+        seen: set[str] = set()
+        stack = [t for t in tensors if t not in stop]
+        while stack:
+            t = stack.pop()
+            p = self.producer.get(t)
+            if p is None or p in seen:
+                continue
+            seen.add(p)
+            for i in node_inputs(self.by_name[p]):
+                if i not in stop and i not in self.initializers:
+                    stack.append(i)
+        return sorted(seen, key=self.order.__getitem__)
+
+
+def node_inputs(node: onnx.NodeProto) -> list[str]:
+    """Inputs of a node including tensors used implicitly by its subgraphs (If/Loop/Scan)."""
+    names = [i for i in node.input if i]
+    for attr in node.attribute:
+        subgraphs = list(attr.graphs) + ([attr.g] if attr.HasField("g") else [])
+        for sg in subgraphs:
+            local = {i.name for i in sg.initializer} | {i.name for i in sg.input}
+            for sn in sg.node:
+                local.update(o for o in sn.output)
+            for sn in sg.node:
+                for i in node_inputs(sn):
+                    if i not in local:
+                        names.append(i)
+    return names
+
+
+def toposort(nodes: list[onnx.NodeProto], available: set[str]) -> list[onnx.NodeProto]:
+    """Stable topological sort (ONNX requires it, but not every exporter obeys)."""
+    avail = set(available) | {""}
+    pending = list(nodes)
+    out: list[onnx.NodeProto] = []
+    produced_anywhere = {o for n in nodes for o in n.output}
+    while pending:
+        progressed = False
+        rest = []
+        for n in pending:
+            if all(i in avail or i not in produced_anywhere for i in node_inputs(n)):
+                out.append(n)
+                avail.update(n.output)
+                progressed = True
+            else:
+                rest.append(n)
+        if not progressed:  # a cycle: keep the file order for the rest
+            out.extend(rest)
+            break
+        pending = rest
+    return out
+
+
+def tensor_types(model: onnx.ModelProto) -> dict[str, onnx.TypeProto]:
+    """Types (and shapes where known) of every tensor, via ONNX shape inference."""
+    try:
+        inferred = shape_inference.infer_shapes(model, strict_mode=False, data_prop=True)
+    except Exception:  # inference is best effort; fall back to what the file declares
+        inferred = model
+    g = inferred.graph
+    types: dict[str, onnx.TypeProto] = {}
+    for vi in list(g.input) + list(g.value_info) + list(g.output):
+        types[vi.name] = vi.type
+    for init in g.initializer:
+        t = onnx.TypeProto()
+        t.tensor_type.elem_type = init.data_type
+        for d in init.dims:
+            t.tensor_type.shape.dim.add().dim_value = d
+        types.setdefault(init.name, t)
+    return types
+
+
+def mark_outputs(
+    model: onnx.ModelProto,
+    tensors: Iterable[str],
+    types: Optional[dict[str, onnx.TypeProto]] = None,
+    keep_original: bool = True,
+) -> onnx.ModelProto:
+    """Return a copy of `model` whose graph outputs include `tensors`.
+
+    Marking a tensor as an output is the switch this tool is built on: ORT and
+    TensorRT refuse to fuse across a graph output. Types come from shape
+    inference; a tensor of unknown type is marked with no type at all, which
+    ONNX Runtime accepts and resolves at session creation (an UNDEFINED elem
+    type is rejected)."""
+    m = onnx.ModelProto()
+    m.CopyFrom(model)
+    existing = [o.name for o in m.graph.output]
+    if not keep_original:
+        del m.graph.output[:]
+        existing = []
+    have = set(existing)
+    if types is None:
+        types = tensor_types(model)
+    for t in tensors:
+        if t in have or not t:
+            continue
+        vi = onnx.ValueInfoProto()
+        vi.name = t
+        tt = types.get(t)
+        if tt is not None and tt.HasField("tensor_type") and tt.tensor_type.elem_type:
+            vi.type.tensor_type.elem_type = tt.tensor_type.elem_type
+        m.graph.output.append(vi)
+        have.add(t)
+    return m
+
+
+def load_model(path: Path | str, load_external: bool = True) -> onnx.ModelProto:
+    return onnx.load(str(path), load_external_data=load_external)
+
+
+def make_tensor_value_info(name: str, elem_type: int, shape) -> onnx.ValueInfoProto:
+    return helper.make_tensor_value_info(name, elem_type, shape)
