@@ -1,0 +1,279 @@
+"""The FP32 baseline: every intermediate tensor of the unfused model, on disk.
+
+ORT_DISABLE_ALL, CPU, FP32, every top-level tensor marked (in memory-bounded
+groups, see runner.py). One `.npy` per tensor, named
+`layer_{index:04d}_{op}_{tensor}.npy` where index is the producing node's
+topological position, with a leading samples axis. `manifest.json` is written
+last; `manifest.partial.json` after each group lets an interrupted dump resume.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import platform
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
+import onnx
+
+from bisect_tui import __version__
+from bisect_tui.core import atomic
+from bisect_tui.core.cancel import CancelToken, Progress, ProgressFn, no_progress
+from bisect_tui.core.graph import safe_name
+from bisect_tui.core.inputs import InputSet
+from bisect_tui.core.model import ModelInfo
+from bisect_tui.core.runner import (
+    MB,
+    estimate_sizes,
+    plan_groups,
+    run_groups,
+)
+from bisect_tui.core.session import Session, now_iso, stable_key
+from bisect_tui.core.stats import empty_stats, finish_stats, update_stats
+
+
+def inputs_sha(inputs: InputSet) -> str:
+    h = hashlib.sha256()
+    for name in sorted(inputs.arrays):
+        a = np.ascontiguousarray(inputs.arrays[name])
+        h.update(name.encode())
+        h.update(a.dtype.str.encode())
+        h.update(str(a.shape).encode())
+        h.update(a.tobytes())
+    return h.hexdigest()
+
+
+def versions() -> dict:
+    import onnxruntime as ort
+
+    try:
+        import psutil
+
+        mem = psutil.virtual_memory().total
+    except Exception:
+        mem = None
+    return {
+        "bisect_tui": __version__,
+        "onnxruntime": ort.__version__,
+        "onnx": onnx.__version__,
+        "numpy": np.__version__,
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "cpu": platform.processor() or platform.machine(),
+        "cpu_count": os.cpu_count(),
+        "memory_bytes": mem,
+    }
+
+
+def file_names(info: ModelInfo, tensors: list[str]) -> dict[str, str]:
+    """`layer_{index:04d}_{op}_{tensor}.npy`, unique even after making names safe."""
+    names: dict[str, str] = {}
+    used: set[str] = set()
+    for t in tensors:
+        node = info.index.by_name[info.index.producer[t]]
+        idx = info.index.order[node.name]
+        base = f"layer_{idx:04d}_{safe_name(node.op_type, 24)}_{safe_name(t)}"
+        fname = base + ".npy"
+        k = 1
+        while fname in used:
+            fname = f"{base}_{k}.npy"
+            k += 1
+        used.add(fname)
+        names[t] = fname
+    return names
+
+
+class _NpySink:
+    """Writes each tensor into a temp `.npy` memmap sample by sample, renames at the end."""
+
+    def __init__(self, outdir: Path, fnames: dict[str, str], samples: int, on_done):
+        self.outdir = outdir
+        self.fnames = fnames
+        self.samples = samples
+        self.on_done = on_done
+        self._open: dict[str, tuple] = {}
+
+    def write(self, tensor: str, sample: int, array: np.ndarray) -> None:
+        if tensor not in self._open:
+            fd, tmp = tempfile.mkstemp(prefix=".tmp_", suffix=".npy", dir=self.outdir)
+            os.close(fd)
+            mm = np.lib.format.open_memmap(
+                tmp, mode="w+", dtype=array.dtype, shape=(self.samples, *array.shape)
+            )
+            self._open[tensor] = (tmp, mm, hashlib.sha256(), empty_stats(), array.shape)
+        tmp, mm, h, st, shape = self._open[tensor]
+        if array.shape != shape:
+            raise ValueError(f"tensor {tensor} changed shape between samples")
+        mm[sample] = array
+        h.update(np.ascontiguousarray(array).tobytes())
+        update_stats(st, array)
+
+    def end(self, tensor: str) -> None:
+        tmp, mm, h, st, shape = self._open.pop(tensor)
+        mm.flush()
+        nbytes = mm.nbytes
+        dtype = mm.dtype.name
+        del mm
+        with open(tmp, "rb+") as fh:
+            os.fsync(fh.fileno())
+        os.replace(tmp, self.outdir / self.fnames[tensor])
+        self.on_done(tensor, {
+            "shape": list(shape),
+            "dtype": dtype,
+            "bytes": int(nbytes),
+            "sha256": h.hexdigest(),
+            "stats": finish_stats(st),
+        })
+
+    def abort(self) -> None:
+        for tmp, *_ in self._open.values():
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+        self._open.clear()
+
+
+@dataclass
+class BaselineResult:
+    manifest: dict
+    reused: bool
+    seconds: float
+
+
+def baseline_key(info: ModelInfo, inputs: InputSet) -> str:
+    import onnxruntime as ort
+
+    return stable_key("baseline/v1", info.sha256, inputs_sha(inputs), ort.__version__)
+
+
+def load_manifest(session: Session) -> Optional[dict]:
+    m = session.read_json("baseline/manifest.json")
+    if not m:
+        return None
+    for e in m.get("tensors", []):
+        p = session.baseline_dir / e["file"]
+        if not p.exists() or p.stat().st_size < e["bytes"]:
+            return None
+    return m
+
+
+def run_baseline(
+    info: ModelInfo,
+    session: Session,
+    inputs: InputSet,
+    shapes: dict[str, list[int]],
+    max_memory: int,
+    cancel: Optional[CancelToken] = None,
+    progress: ProgressFn = no_progress,
+) -> BaselineResult:
+    """Dump every intermediate tensor; reuse a valid earlier dump (or its finished part)."""
+    t0 = time.perf_counter()
+    key = baseline_key(info, inputs)
+    existing = load_manifest(session)
+    if existing and existing.get("key") == key:
+        return BaselineResult(existing, True, 0.0)
+
+    outdir = session.baseline_dir
+    outdir.mkdir(parents=True, exist_ok=True)
+    tensors = info.index.intermediate_tensors()
+    fnames = file_names(info, tensors)
+    partial = session.read_json("baseline/manifest.partial.json") or {}
+    done: dict[str, dict] = {}
+    if partial.get("key") == key:
+        for e in partial.get("tensors", []):
+            p = outdir / e["file"]
+            if p.exists() and p.stat().st_size >= e["bytes"]:
+                done[e["tensor"]] = e
+    todo = [t for t in tensors if t not in done]
+
+    sizes, types = estimate_sizes(info.model, shapes, tensors)
+    # Budget for activations: what is left after the weights (held once by the
+    # session, once by our copy of the model proto).
+    act_budget = max(max_memory - 2 * info.initializer_bytes, 16 * MB)
+    groups = plan_groups(todo, sizes, act_budget)
+    written = {"bytes": sum(e["bytes"] for e in done.values())}
+
+    def entry(t: str, meta: dict) -> dict:
+        node = info.index.by_name[info.index.producer[t]]
+        return {
+            "tensor": t,
+            "node": node.name,
+            "op_type": node.op_type,
+            "index": info.index.order[node.name],
+            "file": fnames[t],
+            **meta,
+        }
+
+    def on_done(t: str, meta: dict) -> None:
+        done[t] = entry(t, meta)
+        written["bytes"] += meta["bytes"]
+
+    def write_partial(_gi: int, _group: list[str]) -> None:
+        atomic.write_json(
+            outdir / "manifest.partial.json",
+            {"key": key, "tensors": [done[t] for t in tensors if t in done]},
+        )
+
+    def relay(p: Progress) -> None:
+        progress(
+            Progress(
+                "baseline",
+                f"{len(done)}/{len(tensors)} tensors, {written['bytes'] / MB:.1f} MB written",
+                len(done),
+                len(tensors),
+                {**p.data, "mb_written": written["bytes"] / MB, "budget_mb": max_memory / MB},
+            )
+        )
+
+    sink = _NpySink(outdir, fnames, inputs.samples, on_done)
+    progress(Progress("baseline", f"{len(tensors)} tensors in {len(groups)} group(s)", len(done), len(tensors)))
+    try:
+        run_groups(
+            info.model, groups, inputs, sink, types, cancel, relay, "baseline", write_partial
+        )
+    finally:
+        sink.abort()
+    ordered = [done[t] for t in tensors if t in done]
+    skipped = [t for t in tensors if t not in done]
+    manifest = {
+        "key": key,
+        "created": now_iso(),
+        "model_sha256": info.sha256,
+        "samples": inputs.samples,
+        "options": {
+            "optimization": "ORT_DISABLE_ALL",
+            "precision": "fp32",
+            "provider": "CPUExecutionProvider",
+            "max_memory_bytes": max_memory,
+            "groups": len(groups),
+        },
+        "graph_inputs": inputs.describe(),
+        "graph_outputs": list(info.outputs),
+        "tensors": ordered,
+        "skipped": skipped,
+        "bytes": sum(e["bytes"] for e in ordered),
+    }
+    atomic.write_json(outdir / "run.json", {"versions": versions(), "seconds": time.perf_counter() - t0})
+    atomic.write_json(session.manifest_path, manifest)  # last: marks the dump complete
+    try:
+        (outdir / "manifest.partial.json").unlink()
+    except FileNotFoundError:
+        pass
+    return BaselineResult(manifest, False, time.perf_counter() - t0)
+
+
+def load_tensor(session: Session, manifest: dict, tensor: str, mmap: bool = True) -> np.ndarray:
+    e = next((e for e in manifest["tensors"] if e["tensor"] == tensor), None)
+    if e is None:
+        raise KeyError(tensor)
+    return np.load(session.baseline_dir / e["file"], mmap_mode="r" if mmap else None)
+
+
+def manifest_index(manifest: dict) -> dict[str, dict]:
+    return {e["tensor"]: e for e in manifest["tensors"]}

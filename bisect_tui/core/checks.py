@@ -1,0 +1,203 @@
+"""Checks on the baseline itself: is it deterministic, and are its values sane?
+
+A baseline that changes between two runs, or already holds NaN/Inf, cannot
+judge anything else: these checks run before any fused engine is built.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import hashlib
+import math
+import time
+from typing import Optional
+
+import numpy as np
+
+from bisect_tui.core.baseline import baseline_key, manifest_index
+from bisect_tui.core.cancel import CancelToken, Progress, ProgressFn, no_progress
+from bisect_tui.core.errors import UserError
+from bisect_tui.core.inputs import InputSet
+from bisect_tui.core.model import ModelInfo
+from bisect_tui.core.runner import estimate_sizes, plan_groups, run_groups
+from bisect_tui.core.session import Session, now_iso
+from bisect_tui.core.stats import BF16_MAX, FP16_MAX
+
+
+class _HashSink:
+    def __init__(self):
+        self.hashes: dict[str, "hashlib._Hash"] = {}
+        self.digests: dict[str, str] = {}
+
+    def write(self, tensor: str, sample: int, array: np.ndarray) -> None:
+        self.hashes.setdefault(tensor, hashlib.sha256()).update(
+            np.ascontiguousarray(array).tobytes()
+        )
+
+    def end(self, tensor: str) -> None:
+        self.digests[tensor] = self.hashes.pop(tensor).hexdigest()
+
+
+def check_determinism(
+    info: ModelInfo,
+    session: Session,
+    inputs: InputSet,
+    shapes: dict[str, list[int]],
+    manifest: dict,
+    max_memory: int,
+    cancel: Optional[CancelToken] = None,
+    progress: ProgressFn = no_progress,
+) -> dict:
+    """Run the baseline again in fresh sessions and compare every tensor bit for bit."""
+    key = manifest["key"]
+    cached = session.read_json("determinism.json")
+    if cached and cached.get("baseline_key") == key:
+        return cached
+    t0 = time.perf_counter()
+    tensors = [e["tensor"] for e in manifest["tensors"]]
+    sizes, types = estimate_sizes(info.model, shapes, tensors)
+    groups = plan_groups(tensors, sizes, max(max_memory - 2 * info.initializer_bytes, 16 << 20))
+    sink = _HashSink()
+
+    def relay(p: Progress) -> None:
+        progress(Progress("determinism", f"second run: {p.message}", p.done, p.total, p.data))
+
+    run_groups(info.model, groups, inputs, sink, types, cancel, relay, "determinism")
+    idx = manifest_index(manifest)
+    differing = []
+    for t in tensors:
+        if sink.digests.get(t) != idx[t]["sha256"]:
+            e = idx[t]
+            differing.append({"tensor": t, "node": e["node"], "op_type": e["op_type"], "index": e["index"]})
+    result = {
+        "baseline_key": key,
+        "checked_at": now_iso(),
+        "tensors_compared": len(tensors),
+        "deterministic": not differing,
+        "differing": differing,
+        "first": differing[0] if differing else None,
+        "seconds": time.perf_counter() - t0,
+    }
+    if differing:
+        first = differing[0]
+        result["advice"] = (
+            f"'{first['tensor']}' (node {first['node']}, {first['op_type']}) differs between two "
+            "identical runs: a comparison cannot separate fusion error from run-to-run noise. "
+            "Look for random ops (Dropout in training mode, RandomNormal), uninitialised memory, "
+            "or thread-count dependent reductions; fix or pin them before comparing engines."
+        )
+    session.write_json("determinism.json", result)
+    return result
+
+
+def parse_ranges(items) -> list[tuple[str, float, float]]:
+    """`--range 'attn*=-1e4:1e4'` -> [(pattern, lo, hi)]; patterns match tensor names."""
+    out = []
+    for item in items or ():
+        try:
+            pat, rng = item.rsplit("=", 1)
+            lo, hi = rng.split(":", 1)
+            out.append((pat.strip(), float(lo), float(hi)))
+        except ValueError:
+            raise UserError(f"bad --range {item!r}: expected TENSOR_OR_GLOB=MIN:MAX") from None
+    return out
+
+
+def check_ranges(
+    info: ModelInfo,
+    manifest: dict,
+    user_ranges: Optional[list[tuple[str, float, float]]] = None,
+    underflow_share: float = 0.01,
+    session: Optional[Session] = None,
+) -> dict:
+    """NaN/Inf (and where they start), FP16/BF16 headroom, user ranges: from manifest stats."""
+    idx = manifest_index(manifest)
+    nonfinite = []
+    for e in manifest["tensors"]:
+        st = e["stats"]
+        if st["nan"] or st["inf"]:
+            nonfinite.append(
+                {"tensor": e["tensor"], "node": e["node"], "op_type": e["op_type"],
+                 "nan": st["nan"], "inf": st["inf"], "numel": st["numel"]}
+            )
+    origin = None
+    if nonfinite:
+        inits = {t.name: t for t in info.model.graph.initializer}
+        for bad in nonfinite:
+            node = info.index.by_name[bad["node"]]
+            inputs_finite = True
+            for i in node.input:
+                if not i:
+                    continue
+                if i in idx:
+                    st = idx[i]["stats"]
+                    inputs_finite &= not (st["nan"] or st["inf"])
+                elif i in inits:
+                    from onnx import numpy_helper
+
+                    arr = numpy_helper.to_array(inits[i])
+                    if arr.dtype.kind == "f":
+                        inputs_finite &= bool(np.isfinite(arr).all())
+            if inputs_finite:
+                origin = {
+                    **bad,
+                    "inputs": [i for i in node.input if i],
+                    "advice": (
+                        f"{bad['op_type']} node '{bad['node']}' turns finite inputs into "
+                        f"{'NaN' if bad['nan'] else 'Inf'}: check its inputs' ranges (division by "
+                        "zero, log/sqrt of negatives, exp overflow) before comparing engines."
+                    ),
+                }
+                break
+
+    def headroom(limit: float, over_key: str, under_key: str, label: str) -> dict:
+        overflow, near, underflow = [], [], []
+        for e in manifest["tensors"]:
+            st = e["stats"]
+            if e["dtype"] not in ("float32", "float64"):
+                continue
+            amax = st["abs_max"]
+            room = (limit / amax) if amax else math.inf
+            row = {"tensor": e["tensor"], "node": e["node"], "op_type": e["op_type"],
+                   "abs_max": amax, "headroom": room}
+            if st[over_key]:
+                overflow.append({**row, "count": st[over_key]})
+            elif room < 4:
+                near.append(row)
+            nonzero = max(st["finite"] - st["zeros"], 1)
+            share = st[under_key] / nonzero
+            if share > underflow_share:
+                underflow.append({**row, "share": share, "count": st[under_key]})
+        worst = min(
+            (r for r in overflow + near), key=lambda r: r["headroom"], default=None
+        )
+        return {"type": label, "max": limit, "overflow": overflow, "near_overflow": near,
+                "underflow": underflow, "tightest": worst}
+
+    fp16 = headroom(FP16_MAX, "fp16_overflow", "fp16_underflow", "float16")
+    bf16 = headroom(BF16_MAX, "bf16_overflow", "bf16_underflow", "bfloat16")
+
+    violations = []
+    for pat, lo, hi in user_ranges or []:
+        matched = [e for e in manifest["tensors"] if fnmatch.fnmatchcase(e["tensor"], pat)]
+        if not matched:
+            raise UserError(f"--range pattern {pat!r} matches no tensor of the model")
+        for e in matched:
+            st = e["stats"]
+            if st["min"] is None:
+                continue
+            if st["min"] < lo or st["max"] > hi:
+                violations.append({"tensor": e["tensor"], "node": e["node"], "min": st["min"],
+                                   "max": st["max"], "range": [lo, hi]})
+    result = {
+        "baseline_key": manifest["key"],
+        "nan_inf": nonfinite,
+        "nan_inf_origin": origin,
+        "fp16": fp16,
+        "bf16": bf16,
+        "user_ranges": violations,
+        "ok": not nonfinite and not violations,
+    }
+    if session is not None:
+        session.write_json("range_check.json", result)
+    return result

@@ -1,0 +1,170 @@
+"""Loading and validating the user's ONNX model, turning every failure into one line.
+
+The model is *prepared* once (every node named) and written into the session
+directory; engines, the baseline and the bisection all read that copy, so a
+node name means the same thing in every file the tool writes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional, Union
+
+import numpy as np
+import onnx
+
+from bisect_tui.core.errors import UserError
+from bisect_tui.core.graph import GraphIndex, name_nodes
+
+Dim = Union[int, str, None]
+
+
+@dataclass
+class InputSpec:
+    name: str
+    dtype: str  # numpy dtype name, e.g. "float32"
+    shape: list[Dim]  # ints for static dims, dim_param names or None for dynamic ones
+
+    @property
+    def is_static(self) -> bool:
+        return all(isinstance(d, int) and d >= 0 for d in self.shape)
+
+    def shape_text(self) -> str:
+        return "x".join(str(d) if d is not None else "?" for d in self.shape) or "scalar"
+
+
+@dataclass
+class ModelInfo:
+    path: Path
+    sha256: str
+    model: onnx.ModelProto
+    inputs: list[InputSpec]
+    outputs: list[str]
+    index: GraphIndex
+    opset: int
+    renamed_nodes: int = 0
+    initializer_bytes: int = 0
+    op_counts: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def node_count(self) -> int:
+        return len(self.index.nodes)
+
+
+def file_sha256(path: Path, chunk: int = 1 << 20) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while True:
+            b = fh.read(chunk)
+            if not b:
+                break
+            h.update(b)
+    return h.hexdigest()
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip() or type(exc).__name__
+    return text.splitlines()[0][:300]
+
+
+def elem_type_to_dtype(elem_type: int) -> str:
+    try:
+        return np.dtype(onnx.helper.tensor_dtype_to_np_dtype(elem_type)).name
+    except Exception:
+        return f"onnx_type_{elem_type}"
+
+
+def load_model_info(path: Union[str, Path]) -> ModelInfo:
+    """Load, check and index an ONNX model. Raises UserError with one line."""
+    p = Path(path)
+    if not p.exists():
+        raise UserError(f"model file not found: {p}")
+    if p.is_dir():
+        raise UserError(f"model path is a directory, not an ONNX file: {p}")
+    try:
+        model = onnx.load(str(p), load_external_data=True)
+    except Exception as exc:  # protobuf DecodeError, missing external data, ...
+        raise UserError(f"not an ONNX model: {p} ({_first_line(exc)})") from None
+    if not model.HasField("graph") or len(model.graph.node) == 0:
+        raise UserError(f"not an ONNX model: {p} (no graph or no nodes in it)")
+    try:
+        onnx.checker.check_model(model)
+    except ValueError:
+        # >2 GB protos can only be checked from the path
+        try:
+            onnx.checker.check_model(str(p))
+        except Exception as exc:
+            raise UserError(f"invalid ONNX model {p.name}: {_first_line(exc)}") from None
+    except Exception as exc:
+        raise UserError(f"invalid ONNX model {p.name}: {_first_line(exc)}") from None
+    renamed = name_nodes(model)
+    index = GraphIndex.build(model)
+    inputs = []
+    for vi in model.graph.input:
+        if vi.name in index.initializers:
+            continue
+        tt = vi.type.tensor_type
+        if not vi.type.HasField("tensor_type"):
+            raise UserError(
+                f"input {vi.name!r} is not a tensor (sequence/map inputs are not supported)"
+            )
+        dims: list[Dim] = []
+        for d in tt.shape.dim:
+            if d.HasField("dim_value") and d.dim_value > 0:
+                dims.append(int(d.dim_value))
+            elif d.HasField("dim_param") and d.dim_param:
+                dims.append(d.dim_param)
+            else:
+                dims.append(None)
+        inputs.append(InputSpec(vi.name, elem_type_to_dtype(tt.elem_type), dims))
+    opset = next(
+        (o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0
+    )
+    init_bytes = sum(
+        int(np.prod(t.dims, dtype=np.int64)) * np.dtype(
+            onnx.helper.tensor_dtype_to_np_dtype(t.data_type)
+        ).itemsize
+        for t in model.graph.initializer
+        if t.data_type != onnx.TensorProto.STRING
+    )
+    ops: dict[str, int] = {}
+    for n in index.nodes:
+        ops[n.op_type] = ops.get(n.op_type, 0) + 1
+    return ModelInfo(
+        path=p,
+        sha256=file_sha256(p),
+        model=model,
+        inputs=inputs,
+        outputs=list(index.graph_outputs),
+        index=index,
+        opset=opset,
+        renamed_nodes=renamed,
+        initializer_bytes=init_bytes,
+        op_counts=ops,
+    )
+
+
+def save_prepared(info: ModelInfo, dest: Path) -> Path:
+    """Write the prepared (named) model where engines will read it."""
+    from bisect_tui.core import atomic
+
+    dest = Path(dest)
+    size = info.model.ByteSize()
+    if size < (1 << 31) - (1 << 20):
+        atomic.write_bytes(dest, info.model.SerializeToString())
+    else:  # >2 GB: weights must live in an external data file next to it
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        onnx.save_model(
+            info.model,
+            str(dest),
+            save_as_external_data=True,
+            all_tensors_to_one_file=True,
+            location=dest.name + ".data",
+        )
+    return dest
+
+
+def input_spec_by_name(info: ModelInfo, name: str) -> Optional[InputSpec]:
+    return next((s for s in info.inputs if s.name == name), None)

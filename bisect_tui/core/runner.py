@@ -1,0 +1,201 @@
+"""Run an ONNX model on ONNX Runtime CPU with chosen tensors marked, in
+memory-bounded groups.
+
+Marking every activation at once makes ORT keep all of them alive: the peak
+is the sum of all activations (several GB on real models). Instead tensors are
+split, in topological order, into groups whose size fits the budget; each group
+gets a fresh session and is streamed to a sink before the next one runs.
+"""
+
+from __future__ import annotations
+
+import gc
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterable, Optional, Protocol
+
+import numpy as np
+import onnx
+
+from bisect_tui.core.cancel import CancelToken, Progress, ProgressFn, no_progress
+from bisect_tui.core.errors import UserError
+from bisect_tui.core.graph import mark_outputs, tensor_types
+from bisect_tui.core.inputs import InputSet
+
+MB = 1 << 20
+
+
+def default_max_memory() -> int:
+    """A quarter of the memory available now, clamped to [256 MB, 16 GB]."""
+    try:
+        import psutil
+
+        avail = psutil.virtual_memory().available
+    except Exception:
+        avail = 4 << 30
+    return int(min(max(avail // 4, 256 * MB), 16 << 30))
+
+
+def parse_memory(text: str) -> int:
+    """`2G`, `512M`, `1.5GB`, `1000000` -> bytes."""
+    t = text.strip().upper().removesuffix("B").removesuffix("I")
+    mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+    try:
+        if t and t[-1] in mult:
+            return int(float(t[:-1]) * mult[t[-1]])
+        return int(float(t))
+    except ValueError:
+        raise UserError(f"bad memory size {text!r}: use e.g. 512M or 2G") from None
+
+
+def with_fixed_inputs(model: onnx.ModelProto, shapes: dict[str, list[int]]) -> onnx.ModelProto:
+    m = onnx.ModelProto()
+    m.CopyFrom(model)
+    for vi in m.graph.input:
+        if vi.name in shapes:
+            dims = vi.type.tensor_type.shape.dim
+            for d, v in zip(dims, shapes[vi.name]):
+                d.Clear()
+                d.dim_value = v
+    return m
+
+
+def estimate_sizes(
+    model: onnx.ModelProto, shapes: dict[str, list[int]], tensors: Iterable[str]
+) -> tuple[dict[str, Optional[int]], dict[str, onnx.TypeProto]]:
+    """Bytes per sample of each tensor from shape inference (None when unknown)."""
+    types = tensor_types(with_fixed_inputs(model, shapes))
+    sizes: dict[str, Optional[int]] = {}
+    for t in tensors:
+        tp = types.get(t)
+        size = None
+        if tp is not None and tp.HasField("tensor_type") and tp.tensor_type.elem_type:
+            dims = tp.tensor_type.shape.dim
+            if tp.tensor_type.HasField("shape") and all(d.HasField("dim_value") for d in dims):
+                try:
+                    item = np.dtype(
+                        onnx.helper.tensor_dtype_to_np_dtype(tp.tensor_type.elem_type)
+                    ).itemsize
+                    size = int(np.prod([d.dim_value for d in dims], dtype=np.int64)) * item
+                except Exception:
+                    size = None
+        sizes[t] = size
+    return sizes, types
+
+
+def plan_groups(
+    tensors: list[str], sizes: dict[str, Optional[int]], budget: int
+) -> list[list[str]]:
+    """Greedy split in topological order; unknown sizes count as the largest known."""
+    known = [s for s in sizes.values() if s]
+    fallback = max(known) if known else 4 * MB
+    groups: list[list[str]] = []
+    cur: list[str] = []
+    used = 0
+    for t in tensors:
+        s = sizes.get(t) or fallback
+        if cur and used + s > budget:
+            groups.append(cur)
+            cur, used = [], 0
+        cur.append(t)
+        used += s
+    if cur:
+        groups.append(cur)
+    return groups
+
+
+class Sink(Protocol):
+    def write(self, tensor: str, sample: int, array: np.ndarray) -> None: ...
+
+    def end(self, tensor: str) -> None: ...
+
+
+@dataclass
+class GroupRun:
+    groups: int
+    tensors: int
+    skipped: list[str]  # tensors ORT could not return as arrays (sequences, maps)
+
+
+def make_session(model: onnx.ModelProto, level: str = "disable", threads: int = 0):
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.graph_optimization_level = {
+        "disable": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
+        "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
+        "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
+        "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
+    }[level]
+    so.enable_cpu_mem_arena = False  # let freed activations go back to the OS
+    if threads:
+        so.intra_op_num_threads = threads
+    so.log_severity_level = 3
+    data = model.SerializeToString()
+    try:
+        return ort.InferenceSession(data, so, providers=["CPUExecutionProvider"])
+    except Exception as exc:
+        msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise UserError(f"ONNX Runtime could not load the model: {msg[:300]}") from None
+
+
+def run_groups(
+    model: onnx.ModelProto,
+    groups: list[list[str]],
+    inputs: InputSet,
+    sink: Sink,
+    types: Optional[dict[str, onnx.TypeProto]] = None,
+    cancel: Optional[CancelToken] = None,
+    progress: ProgressFn = no_progress,
+    stage: str = "baseline",
+    on_group_done: Optional[Callable[[int, list[str]], None]] = None,
+) -> GroupRun:
+    """Run each group in a fresh ORT_DISABLE_ALL session and stream arrays to `sink`."""
+    cancel = cancel or CancelToken()
+    total = sum(len(g) for g in groups)
+    done = 0
+    skipped: list[str] = []
+    for gi, group in enumerate(groups):
+        cancel.check()
+        marked = mark_outputs(model, group, types=types, keep_original=False)
+        sess = make_session(marked)
+        names = [o.name for o in sess.get_outputs()]
+        for k in range(inputs.samples):
+            cancel.check()
+            try:
+                values = sess.run(names, inputs.feeds(k))
+            except Exception as exc:
+                msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+                raise UserError(f"ONNX Runtime failed to run the model: {msg[:300]}") from None
+            for name, value in zip(names, values):
+                if isinstance(value, np.ndarray):
+                    sink.write(name, k, value)
+                elif k == 0:
+                    skipped.append(name)
+            del values
+        for name in names:
+            if name not in skipped:
+                sink.end(name)
+        del sess, marked
+        gc.collect()
+        done += len(group)
+        if on_group_done:
+            on_group_done(gi, group)
+        progress(
+            Progress(
+                stage,
+                f"group {gi + 1}/{len(groups)}",
+                done,
+                total,
+                {"group": gi + 1, "groups": len(groups)},
+            )
+        )
+    return GroupRun(len(groups), total, skipped)
+
+
+def run_once(model_path: Path, inputs: InputSet, level: str = "disable") -> list[dict[str, np.ndarray]]:
+    """All graph outputs for every sample, no marking."""
+    model = onnx.load(str(model_path))
+    sess = make_session(model, level)
+    names = [o.name for o in sess.get_outputs()]
+    return [dict(zip(names, sess.run(names, inputs.feeds(k)))) for k in range(inputs.samples)]

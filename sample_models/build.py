@@ -1,0 +1,467 @@
+#!/usr/bin/env python3
+"""Build the small sample ONNX models used by bisect-tui's demos and tests.
+
+    python sample_models/build.py [--out DIR]
+
+Everything is generated locally (no downloads) and deterministically:
+weights come from ``np.random.default_rng`` with fixed seeds and are stored as
+initializers; opset 17, ir_version 8 (loadable by onnxruntime >= 1.16);
+float32 inputs/outputs with static shapes; every node has a readable, unique
+name such as ``blk11/gelu/erf`` and every node's output tensor is called
+``<node name>:0`` (``<node name>:1`` ... for extra outputs), so tensor names
+and node names map onto each other trivially.
+
+Besides the ``.onnx`` files the script writes ``cases.json``, the ground truth
+used by tests and by the bisection: for each model, the engine settings that
+pass, the settings that break it, and the original node names of each broken
+fused pattern.  Every claim in it is checked against real onnxruntime by
+``tests/test_samples.py``.
+
+The script is idempotent: a file whose bytes would not change is not
+rewritten.  Only numpy and onnx are needed (onnxruntime is not imported).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+OPSET = 17
+IR_VERSION = 8  # onnxruntime 1.16 reads up to ir_version 9
+PRODUCER = "bisect-tui sample_models/build.py"
+
+# Engine settings as written in cases.json.  "level" is one of
+# disable | basic | extended | all; "precision" is fp32 | fp16 (fp16 means
+# onnxruntime.transformers.float16.convert_float_to_float16(model,
+# keep_io_types=True) before the session is built).
+GELU_APPROX = {"optimization.enable_gelu_approximation": "1"}
+
+
+def engine(level: str = "all", precision: str = "fp32", config_entries: dict | None = None) -> dict:
+    return {"level": level, "precision": precision, "config_entries": dict(config_entries or {})}
+
+
+# --------------------------------------------------------------------------
+# A tiny graph builder
+# --------------------------------------------------------------------------
+
+
+class Graph:
+    """Collects nodes/initializers; node names must be unique."""
+
+    def __init__(self, name: str, seed: int):
+        self.name = name
+        self.rng = np.random.default_rng(seed)
+        self.nodes: list[onnx.NodeProto] = []
+        self.inits: list[onnx.TensorProto] = []
+        self.inputs: list[onnx.ValueInfoProto] = []
+        self.outputs: list[onnx.ValueInfoProto] = []
+        self._names: set[str] = set()
+
+    # -- naming -------------------------------------------------------------
+    def _claim(self, name: str) -> str:
+        if name in self._names:
+            raise ValueError(f"duplicate name {name!r}")
+        self._names.add(name)
+        return name
+
+    # -- tensors ------------------------------------------------------------
+    def input(self, name: str, shape: list[int]) -> str:
+        self.inputs.append(helper.make_tensor_value_info(self._claim(name), TensorProto.FLOAT, shape))
+        return name
+
+    def output(self, tensor: str, shape: list[int]) -> None:
+        self.outputs.append(helper.make_tensor_value_info(tensor, TensorProto.FLOAT, shape))
+
+    def const(self, name: str, value) -> str:
+        arr = np.asarray(value)
+        if arr.dtype.kind == "f":
+            arr = arr.astype(np.float32)
+        elif arr.dtype.kind in "iu":
+            arr = arr.astype(np.int64)
+        self.inits.append(numpy_helper.from_array(arr, self._claim(name)))
+        return name
+
+    def weight(self, name: str, shape: tuple[int, ...], std: float) -> str:
+        return self.const(name, self.rng.standard_normal(shape) * std)
+
+    # -- nodes --------------------------------------------------------------
+    def op(self, op_type: str, name: str, inputs: list[str], n_out: int = 1, **attrs) -> str | list[str]:
+        self._claim(name)
+        outs = [f"{name}:{i}" for i in range(n_out)]
+        for o in outs:
+            self._claim(o)
+        self.nodes.append(helper.make_node(op_type, inputs, outs, name=name, **attrs))
+        return outs[0] if n_out == 1 else outs
+
+    # -- model --------------------------------------------------------------
+    def model(self, doc: str) -> onnx.ModelProto:
+        graph = helper.make_graph(self.nodes, self.name, self.inputs, self.outputs, self.inits)
+        model = helper.make_model(
+            graph,
+            opset_imports=[helper.make_opsetid("", OPSET)],
+            producer_name=PRODUCER,
+            producer_version="1",
+            doc_string=doc,
+        )
+        model.ir_version = IR_VERSION
+        onnx.checker.check_model(model, full_check=True)
+        return model
+
+
+# --------------------------------------------------------------------------
+# Reusable blocks.  Each returns its output tensor; gelu() also returns the
+# node names of its pattern.
+# --------------------------------------------------------------------------
+
+
+def linear(g: Graph, p: str, x: str, d_in: int, d_out: int, w_std: float, b_std: float = 0.1) -> str:
+    """MatMul + Add(bias): nodes <p>/matmul, <p>/bias."""
+    w = g.weight(f"{p}/W", (d_in, d_out), w_std)
+    b = g.weight(f"{p}/b", (d_out,), b_std)
+    h = g.op("MatMul", f"{p}/matmul", [x, w])
+    return g.op("Add", f"{p}/bias", [h, b])
+
+
+def gelu(g: Graph, p: str, x: str) -> tuple[str, list[str]]:
+    """Exact (erf) Gelu as exported by PyTorch: x * 0.5 * (1 + erf(x / sqrt2)).
+
+    Node order: div -> erf -> add_one -> mul_x -> mul_half (the shape ORT's
+    GeluFusion matches)."""
+    sqrt2 = g.const(f"{p}/sqrt2", np.float32(math.sqrt(2.0)))
+    one = g.const(f"{p}/one", np.float32(1.0))
+    half = g.const(f"{p}/half", np.float32(0.5))
+    d = g.op("Div", f"{p}/div", [x, sqrt2])
+    e = g.op("Erf", f"{p}/erf", [d])
+    a = g.op("Add", f"{p}/add_one", [e, one])
+    m = g.op("Mul", f"{p}/mul_x", [x, a])
+    y = g.op("Mul", f"{p}/mul_half", [m, half])
+    names = [f"{p}/{s}" for s in ("div", "erf", "add_one", "mul_x", "mul_half")]
+    return y, names
+
+
+def layernorm(g: Graph, p: str, x: str, dim: int, gamma_scale: float = 1.0, eps: float = 1e-5) -> str:
+    """Decomposed LayerNorm over the last axis (what exporters emit)."""
+    gamma = g.const(f"{p}/gamma", gamma_scale * (1.0 + 0.1 * g.rng.standard_normal(dim)))
+    beta = g.const(f"{p}/beta", 0.1 * g.rng.standard_normal(dim))
+    two = g.const(f"{p}/two", np.float32(2.0))
+    epsc = g.const(f"{p}/eps", np.float32(eps))
+    mean = g.op("ReduceMean", f"{p}/mean", [x], axes=[-1], keepdims=1)
+    c = g.op("Sub", f"{p}/sub", [x, mean])
+    sq = g.op("Pow", f"{p}/pow", [c, two])
+    var = g.op("ReduceMean", f"{p}/var", [sq], axes=[-1], keepdims=1)
+    ve = g.op("Add", f"{p}/add_eps", [var, epsc])
+    sd = g.op("Sqrt", f"{p}/sqrt", [ve])
+    n = g.op("Div", f"{p}/div", [c, sd])
+    s = g.op("Mul", f"{p}/mul_gamma", [n, gamma])
+    return g.op("Add", f"{p}/add_beta", [s, beta])
+
+
+def bias_gelu_culprit(p_linear: str, gelu_nodes: list[str]) -> list[str]:
+    """ORT 1.32 fuses the bias Add of the preceding MatMul+Add into the Gelu
+    (BiasGeluFusion -> BiasGelu, then GeluApproximation -> FastGelu with a
+    bias input), so the broken fused node replaces the bias Add plus the five
+    Gelu nodes; the MatMul itself stays a separate MatMul."""
+    return [f"{p_linear}/bias"] + list(gelu_nodes)
+
+
+# --------------------------------------------------------------------------
+# The models
+# --------------------------------------------------------------------------
+
+
+def transformer_block():
+    seq, d, hidden = 16, 64, 256
+    g = Graph("transformer_block", seed=101)
+    x = g.input("x", [1, seq, d])
+    # attention (single head)
+    qkv = linear(g, "attn/qkv", x, d, 3 * d, w_std=1.0 / math.sqrt(d))
+    split = g.const("attn/split_sizes", np.array([d, d, d], dtype=np.int64))
+    q, k, v = g.op("Split", "attn/split", [qkv, split], n_out=3, axis=-1)
+    kt = g.op("Transpose", "attn/k_transpose", [k], perm=[0, 2, 1])
+    s = g.op("MatMul", "attn/qk", [q, kt])
+    scale = g.const("attn/scale", np.float32(math.sqrt(d)))
+    s = g.op("Div", "attn/scale_div", [s, scale])
+    pr = g.op("Softmax", "attn/softmax", [s], axis=-1)
+    ctx = g.op("MatMul", "attn/pv", [pr, v])
+    o = linear(g, "attn/out", ctx, d, d, w_std=1.0 / math.sqrt(d))
+    r1 = g.op("Add", "attn/residual", [x, o])
+    h = layernorm(g, "ln1", r1, d)
+    # MLP with exact Gelu; fc1 pushes pre-activations to |h| ~ 2..3 where the
+    # tanh approximation is furthest from erf, fc2 is large enough to carry
+    # the error to the output.
+    h1 = linear(g, "mlp/fc1", h, d, hidden, w_std=2.0 / math.sqrt(d))
+    a, gelu_nodes = gelu(g, "mlp/gelu", h1)
+    h2 = linear(g, "mlp/fc2", a, hidden, d, w_std=MLP_FC2_STD)
+    y = g.op("Add", "mlp/residual", [h, h2])
+    g.output(y, [1, seq, d])
+    desc = ("Single-head attention block + LayerNorm + MLP with exact erf-Gelu. Passes fp32 with "
+            "default level-all fusion; the opt-in Gelu approximation breaks it at the MLP's Gelu.")
+    return g.model(desc), {
+        "description": desc,
+        "preset": "fp32",
+        "passes_with": engine("all"),
+        "breaks_with": engine("all", "fp32", GELU_APPROX),
+        "expected_culprits": [bias_gelu_culprit("mlp/fc1", gelu_nodes)],
+    }
+
+
+MLP_FC2_STD = 0.5
+
+
+def cnn():
+    g = Graph("cnn", seed=202)
+    x = g.input("image", [1, 3, 32, 32])
+    c = 16
+
+    def conv_bn_relu(p: str, t: str, cin: int, cout: int, relu: bool = True) -> str:
+        w = g.weight(f"{p}/conv/W", (cout, cin, 3, 3), math.sqrt(2.0 / (cin * 9)))
+        b = g.weight(f"{p}/conv/b", (cout,), 0.05)
+        t = g.op("Conv", f"{p}/conv", [t, w, b], pads=[1, 1, 1, 1], kernel_shape=[3, 3])
+        scale = g.const(f"{p}/bn/scale", 1.0 + 0.1 * g.rng.standard_normal(cout))
+        bias = g.const(f"{p}/bn/bias", 0.1 * g.rng.standard_normal(cout))
+        mean = g.const(f"{p}/bn/mean", 0.1 * g.rng.standard_normal(cout))
+        var = g.const(f"{p}/bn/var", 1.0 + 0.2 * g.rng.random(cout))
+        t = g.op("BatchNormalization", f"{p}/bn", [t, scale, bias, mean, var], epsilon=1e-5)
+        return g.op("Relu", f"{p}/relu", [t]) if relu else t
+
+    stem = conv_bn_relu("stem", x, 3, c)
+    t = conv_bn_relu("res/a", stem, c, c)
+    t = conv_bn_relu("res/b", t, c, c)
+    t = g.op("Add", "res/add", [stem, t])
+    t = g.op("MaxPool", "pool/max", [t], kernel_shape=[2, 2], strides=[2, 2])
+    t = g.op("GlobalAveragePool", "pool/gap", [t])
+    t = g.op("Flatten", "head/flatten", [t], axis=1)
+    w = g.weight("head/fc/W", (10, c), 1.0 / math.sqrt(c))
+    b = g.weight("head/fc/b", (10,), 0.1)
+    y = g.op("Gemm", "head/fc", [t, w, b], transB=1)
+    g.output(y, [1, 10])
+    desc = ("Small CNN: Conv+BatchNorm+Relu x2 with a residual Add, MaxPool, GlobalAveragePool, "
+            "Flatten, Gemm -> 10 logits. Passes fp32 at every optimization level (no culprit).")
+    return g.model(desc), {
+        "description": desc,
+        "preset": "fp32",
+        "passes_with": engine("all"),
+        "passes_at_levels": ["disable", "basic", "extended", "all"],
+        "breaks_with": None,
+        "expected_culprits": [],
+    }
+
+
+LN_FP16_SCALE = 300.0
+
+
+def layernorm_fp16():
+    seq, d = 16, 64
+    g = Graph("layernorm_fp16", seed=303)
+    x = g.input("x", [1, seq, d])
+    # Identity-ish projection (orthogonal-ish weights of norm ~1) keeps the
+    # activations as large as the (scaled) input, then a decomposed LayerNorm:
+    # (x - mean)^2 exceeds fp16's max 65504 once |x - mean| > 256.
+    h = linear(g, "proj", x, d, d, w_std=1.0 / math.sqrt(d), b_std=1.0)
+    h = g.op("Relu", "proj/relu", [h])
+    y = layernorm(g, "ln", h, d)
+    g.output(y, [1, seq, d])
+    desc = ("Linear+Relu feeding a decomposed LayerNorm with large activations (input scaled by "
+            f"{LN_FP16_SCALE:g}). FP32 is fine; after fp16 conversion (x-mean)^2 overflows 65504 "
+            "in the Pow node -> inf -> the LayerNorm output collapses to beta.")
+    return g.model(desc), {
+        "description": desc,
+        "preset": "fp16",
+        "input_scale": LN_FP16_SCALE,
+        "passes_with": engine("all", "fp32"),
+        "breaks_with": engine("disable", "fp16"),
+        "expected_culprits": [],
+    }
+
+
+def _stack(name: str, seed: int, n_blocks: int, gelu_blocks: set[int], seq: int, d: int,
+           w_std: float, gamma_scale: float):
+    g = Graph(name, seed=seed)
+    t = g.input("x", [1, seq, d])
+    culprits = []
+    for i in range(n_blocks):
+        p = f"blk{i}"
+        if i in gelu_blocks:
+            h = linear(g, f"{p}/fc", t, d, d, w_std=GELU_FC_STD / math.sqrt(d))
+            h, gn = gelu(g, f"{p}/gelu", h)
+            culprits.append(bias_gelu_culprit(f"{p}/fc", gn))
+        else:
+            h = linear(g, f"{p}/fc", t, d, d, w_std=w_std / math.sqrt(d))
+            h = g.op("Relu", f"{p}/relu", [h])
+        t = layernorm(g, f"{p}/ln", h, d, gamma_scale=gamma_scale)
+    g.output(t, [1, seq, d])
+    return g, t, culprits
+
+
+GELU_FC_STD = 2.5
+STACK_W_STD = 1.4
+
+
+def deep_stack():
+    g, _, culprits = _stack("deep_stack", 404, 16, {11}, 8, 32, STACK_W_STD, 1.0)
+    desc = ("16 blocks of MatMul+Add -> activation -> decomposed LayerNorm; only block 11 uses "
+            "erf-Gelu (Relu elsewhere). The Gelu approximation breaks exactly block 11.")
+    return g.model(desc), {
+        "description": desc,
+        "preset": "fp32",
+        "passes_with": engine("all"),
+        "breaks_with": engine("all", "fp32", GELU_APPROX),
+        "expected_culprits": culprits,
+    }
+
+
+def two_culprits():
+    g, _, culprits = _stack("two_culprits", 505, 12, {2, 9}, 8, 32, STACK_W_STD, 1.0)
+    desc = ("12 blocks like deep_stack with erf-Gelu in blocks 2 and 9: two independent culprits "
+            "under the Gelu approximation; each one alone breaks tolerance.")
+    return g.model(desc), {
+        "description": desc,
+        "preset": "fp32",
+        "passes_with": engine("all"),
+        "breaks_with": engine("all", "fp32", GELU_APPROX),
+        "expected_culprits": culprits,
+        "each_culprit_alone_breaks": True,
+    }
+
+
+def branchy():
+    seq, d, hidden = 16, 32, 128
+    g = Graph("branchy", seed=606)
+    x = g.input("x", [1, seq, d])
+    # branch A: attention-like
+    q = linear(g, "attn/q", x, d, d, w_std=1.0 / math.sqrt(d))
+    k = linear(g, "attn/k", x, d, d, w_std=1.0 / math.sqrt(d))
+    v = linear(g, "attn/v", x, d, d, w_std=1.0 / math.sqrt(d))
+    kt = g.op("Transpose", "attn/k_transpose", [k], perm=[0, 2, 1])
+    s = g.op("MatMul", "attn/qk", [q, kt])
+    scale = g.const("attn/scale", np.float32(1.0 / math.sqrt(d)))
+    s = g.op("Mul", "attn/scale_mul", [s, scale])
+    pr = g.op("Softmax", "attn/softmax", [s], axis=-1)
+    a = g.op("MatMul", "attn/pv", [pr, v])
+    # branch B: MLP with exact Gelu
+    h = linear(g, "mlp/fc1", x, d, hidden, w_std=2.0 / math.sqrt(d))
+    h, gn = gelu(g, "mlp/gelu", h)
+    m = linear(g, "mlp/fc2", h, hidden, d, w_std=MLP_FC2_STD)
+    merged = g.op("Add", "merge/add", [a, m])
+    r = g.op("Add", "merge/residual", [x, merged])
+    y = layernorm(g, "ln", r, d)
+    aux = linear(g, "aux/head", a, d, 4, w_std=1.0 / math.sqrt(d))
+    g.output(y, [1, seq, d])
+    g.output(aux, [1, seq, 4])
+    desc = ("Two parallel branches from the input (attention-like softmax branch, MLP branch with "
+            "erf-Gelu) merged by Add, residual Add + LayerNorm; two outputs (final tensor and an "
+            "auxiliary head on the attention branch). The Gelu approximation breaks it via the MLP.")
+    return g.model(desc), {
+        "description": desc,
+        "preset": "fp32",
+        "passes_with": engine("all"),
+        "breaks_with": engine("all", "fp32", GELU_APPROX),
+        "expected_culprits": [bias_gelu_culprit("mlp/fc1", gn)],
+    }
+
+
+def passing_stack():
+    g, _, culprits = _stack("passing_stack", 707, 12, set(), 8, 32, STACK_W_STD, 1.0)
+    assert not culprits
+    desc = ("12 blocks of MatMul+Add -> Relu -> decomposed LayerNorm, no Gelu: passes fp32 with "
+            "default fusion and with the Gelu approximation too (there is no culprit).")
+    return g.model(desc), {
+        "description": desc,
+        "preset": "fp32",
+        "passes_with": engine("all", "fp32", GELU_APPROX),
+        "breaks_with": None,
+        "expected_culprits": [],
+    }
+
+
+BUILDERS = {
+    "transformer_block.onnx": transformer_block,
+    "cnn.onnx": cnn,
+    "layernorm_fp16.onnx": layernorm_fp16,
+    "deep_stack.onnx": deep_stack,
+    "two_culprits.onnx": two_culprits,
+    "branchy.onnx": branchy,
+    "passing_stack.onnx": passing_stack,
+}
+
+TOLERANCES = {
+    "fp32": {"atol": 1e-4, "rtol": 1e-4, "min_cosine": 0.99999},
+    "fp16": {"atol": 1e-2, "rtol": 1e-2, "min_cosine": 0.999},
+}
+
+
+# --------------------------------------------------------------------------
+# Writing
+# --------------------------------------------------------------------------
+
+
+def _write_if_changed(path: Path, data: bytes) -> bool:
+    if path.exists() and path.read_bytes() == data:
+        return False
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    return True
+
+
+def build(out: Path, verbose: bool = True) -> list[dict]:
+    out = Path(out)
+    cases = []
+    for fname, fn in BUILDERS.items():
+        model, case = fn()
+        data = model.SerializeToString()
+        assert len(data) < 2 * 1024 * 1024, f"{fname} is {len(data)} bytes"
+        changed = _write_if_changed(out / fname, data)
+        if verbose:
+            print(f"{'wrote' if changed else 'unchanged'} {out / fname} ({len(data) / 1024:.0f} KiB)")
+        entry = {"model": fname, "input": {i.name: [d.dim_value for d in i.type.tensor_type.shape.dim]
+                                           for i in model.graph.input}}
+        entry.update(case)
+        entry.setdefault("input_scale", 1.0)
+        cases.append(entry)
+    doc = {
+        "format": 1,
+        "opset": OPSET,
+        "ir_version": IR_VERSION,
+        "verified_with": "onnxruntime 1.32.0 (CPUExecutionProvider)",
+        "inputs": "np.random.default_rng(0).standard_normal(shape).astype(float32) * input_scale",
+        "baseline": engine("disable", "fp32"),
+        "tolerances": TOLERANCES,
+        "cases": cases,
+    }
+    changed = _write_if_changed(out / "cases.json", (json.dumps(doc, indent=2) + "\n").encode())
+    if verbose:
+        print(f"{'wrote' if changed else 'unchanged'} {out / 'cases.json'}")
+    return cases
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", type=Path, default=Path(__file__).resolve().parent,
+                    help="output directory (default: the sample_models/ folder)")
+    ap.add_argument("-q", "--quiet", action="store_true")
+    args = ap.parse_args(argv)
+    build(args.out, verbose=not args.quiet)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
