@@ -93,19 +93,28 @@ def _finite_pair(
     return rc[idx], tc[idx], idx
 
 
-def _pow2_scale(amax: float) -> float:
-    """A power of two that brings amax near 1 when squaring it would overflow or
-    underflow float64 (sums of squares feed cosine/SNR/RMSE). Exact, so no
-    rounding is added; 1.0 in every ordinary case."""
+def _pow2_exp(amax: float) -> int:
+    """Exponent e such that values * 2**-e are near 1, when squaring amax would
+    overflow or underflow float64 (sums of squares feed cosine/SNR/RMSE).
+    Scaling by a power of two is exact; 0 (no scaling) in every ordinary case."""
     if not math.isfinite(amax) or amax == 0.0 or 1e-150 < amax < 1e150:
-        return 1.0
-    return math.ldexp(1.0, math.frexp(amax)[1])
+        return 0
+    return min(1023, max(-1000, math.frexp(amax)[1] - 1))
 
 
-def _edges(lo: float, hi: float) -> tuple[float, float]:
-    """The histogram range numpy would use (it widens an empty range by 0.5)."""
+def _edges(lo: float, hi: float, bins: int) -> tuple[float, float]:
+    """A histogram range numpy can split into ``bins`` distinct edges.
+
+    An empty range is widened by 0.5 like numpy does; a range only a few ulps
+    wide (all values ~equal, e.g. 1.0 +/- 1e-16) is widened to a few ulps per
+    bin, where numpy would raise "Too many bins for data range".
+    """
     if lo == hi:
-        return lo - 0.5, hi + 0.5
+        lo, hi = lo - 0.5, hi + 0.5
+    min_span = 4.0 * bins * float(np.spacing(max(abs(lo), abs(hi))))
+    if hi - lo < min_span:
+        mid = lo / 2 + hi / 2
+        lo, hi = mid - min_span / 2, mid + min_span / 2
     return lo, hi
 
 
@@ -140,7 +149,10 @@ def compare(
     reported as ``rel_floor``.
 
     Metrics other than the NaN/Inf counts are over positions where both sides
-    are finite (``n_compared``); when there is none they are NaN.
+    are finite (``n_compared``); when there is none they are NaN. ``snr_db`` is
+    +inf for an exact match (JSON: ``Infinity``). ``topk`` adds ``topk``,
+    ``top1_agreement`` and ``topk_agreement`` (both None when there is no class
+    axis of size >= 2).
     """
     return _compare(
         reference, test, rel_floor=rel_floor, topk=topk, class_axis=class_axis, hist_bins=hist_bins
@@ -158,7 +170,26 @@ def _compare(
     allclose: tuple[float, float] | None = None,
 ) -> dict:
     """compare(), optionally also doing the elementwise atol/rtol test in the
-    same pass (used by tolerance.judge_arrays so arrays are read only twice)."""
+    same pass (used by tolerance.judge_arrays so arrays are read only twice).
+    Float64 overflow (|t - r| beyond 1.8e308) is not an error here: it yields
+    inf metrics, which fail any tolerance."""
+    with np.errstate(over="ignore"):
+        return _compare_impl(
+            reference, test, rel_floor=rel_floor, topk=topk, class_axis=class_axis,
+            hist_bins=hist_bins, allclose=allclose,
+        )
+
+
+def _compare_impl(
+    reference: Any,
+    test: Any,
+    *,
+    rel_floor: float | None,
+    topk: int | None,
+    class_axis: int,
+    hist_bins: int,
+    allclose: tuple[float, float] | None,
+) -> dict:
     if hist_bins < 1:
         raise ValueError(f"hist_bins must be >= 1, got {hist_bins}")
     if rel_floor is not None and not (rel_floor > 0 and math.isfinite(rel_floor)):
@@ -232,8 +263,8 @@ def _compare(
         rel_floor = _FMAX
 
     # ---- pass 2: second moments, relative error, histograms, atol/rtol
-    scale = _pow2_scale(max(r_absmax, -t_min, t_max) if n else 0.0)
-    inv = 1.0 / scale
+    exp2 = _pow2_exp(max(r_absmax, -t_min, t_max) if n else 0.0)
+    scale, inv = math.ldexp(1.0, exp2), math.ldexp(1.0, -exp2)
     sum_r2 = sum_t2 = sum_rt = sum_e2 = 0.0
     sum_rel = 0.0
     max_rel = -math.inf
@@ -249,8 +280,9 @@ def _compare(
         e_lo, e_hi = _edges(
             math.log10(min(max(err_min, ERR_CLAMP), _FMAX)),
             math.log10(min(max(err_max, ERR_CLAMP), _FMAX)),
+            hist_bins,
         )
-        v_lo, v_hi = _edges(min(r_min, t_min), max(r_max, t_max))
+        v_lo, v_hi = _edges(min(r_min, t_min), max(r_max, t_max), hist_bins)
         hist_values = math.isfinite(v_hi - v_lo)  # a +/-1e308 span cannot be binned
         err_counts = np.zeros(hist_bins, dtype=np.int64)
         if hist_values:
@@ -310,7 +342,8 @@ def _compare(
         elif sum_r2 == 0.0:
             snr = -math.inf
         else:
-            snr = 10.0 * math.log10(sum_r2 / sum_e2)
+            ratio = sum_r2 / sum_e2
+            snr = 10.0 * math.log10(ratio) if ratio > 0 else -math.inf
         out.update(
             max_abs=float(err_max),
             mean_abs=sum_err / n,
@@ -462,7 +495,7 @@ def hist_counts(array: Any, bins: int, lo: float, hi: float) -> list[int]:
     [lo, hi] (values outside are dropped). Fixed edges let a UI overlay the
     histograms of several tensors, e.g. one per bisection step."""
     arr = _as_array(array, "array").reshape(-1)
-    lo, hi = _edges(float(lo), float(hi))
+    lo, hi = _edges(float(lo), float(hi), bins)
     counts = np.zeros(bins, dtype=np.int64)
     for start in range(0, arr.size, CHUNK):
         c = arr[start : start + CHUNK].astype(np.float64)

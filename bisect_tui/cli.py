@@ -1,0 +1,230 @@
+"""Command line: `bisect-tui` opens the app; subcommands run headless.
+
+Exit codes (also in docs/check.md):
+  0  within tolerance (check) / nothing to find (bisect)
+  1  tolerance broken (check) / culprit(s) found (bisect)
+  2  usage error or bad input (one line on stderr, nothing in the session lost)
+  3  the baseline is not deterministic (two identical runs differ)
+  4  NaN/Inf in the baseline
+  130 interrupted (Ctrl-C); rerun the same command to resume
+
+Heavy libraries (onnxruntime, textual) are imported only inside commands so
+`--help` stays instant.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Optional, Sequence
+
+from bisect_tui import __version__
+from bisect_tui.core.errors import Cancelled, ExitCode, UserError
+
+EPILOG = """exit codes: 0 within tolerance / nothing to find, 1 tolerance broken / culprits found,
+2 usage or bad input, 3 baseline not deterministic, 4 NaN/Inf in the baseline, 130 interrupted"""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # one line, exit 2, like every other bad input
+        self.exit(int(ExitCode.USAGE), f"bisect-tui: error: {message}\n")
+
+
+def _add_model_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("model", type=Path, help="the ONNX model to triage")
+    g = p.add_argument_group("session and inputs")
+    g.add_argument("--session", type=Path, help="session directory (default: ./bisect-sessions/<model>-<hash>)")
+    g.add_argument("--shape", action="append", default=[], metavar="NAME=DIMS",
+                   help="concrete shape for an input (x=1x3x224x224) or a named dim (batch=1)")
+    g.add_argument("--seed", type=int, default=0, help="seed for generated inputs (default 0)")
+    g.add_argument("--samples", type=int, default=1, help="number of input samples (default 1)")
+    g.add_argument("--input", type=Path, help=".npy/.npz with the exact inputs (leading samples axis optional)")
+    g.add_argument("--input-range", action="append", default=[], metavar="NAME=MIN:MAX",
+                   help="value range for a generated input (ids=0:30000)")
+    g.add_argument("--max-memory", metavar="SIZE", help="memory budget for dumping tensors (e.g. 2G; default: 1/4 of free RAM)")
+    g.add_argument("--no-determinism", action="store_true", help="skip the run-twice determinism check")
+    g.add_argument("--range", action="append", default=[], metavar="TENSOR=MIN:MAX",
+                   help="expected value range of tensors (glob allowed) for the range check")
+    e = p.add_argument_group("fused engine")
+    e.add_argument("--engine", default="ort", help="engine (default: ort = ONNX Runtime CPU)")
+    e.add_argument("--level", default="all", choices=["disable", "basic", "extended", "all"],
+                   help="graph optimization level of the fused engine (default all)")
+    e.add_argument("--precision", default="fp32", choices=["fp32", "fp16"], help="engine precision (default fp32)")
+    e.add_argument("--ort-config", action="append", default=[], metavar="KEY=VALUE",
+                   help="session config entry, e.g. optimization.enable_gelu_approximation=1")
+    e.add_argument("--disable", action="append", default=[], metavar="OPTIMIZER",
+                   help="disable an optimizer by name (checked against the installed ORT)")
+    t = p.add_argument_group("tolerance")
+    t.add_argument("--preset", help="tolerance preset: fp32, fp16, bf16, int8, article, ... (default: the precision's)")
+    t.add_argument("--atol", type=float)
+    t.add_argument("--rtol", type=float)
+    t.add_argument("--min-cosine", type=float)
+    t.add_argument("--tol", action="append", default=[], metavar="OUTPUT:CRIT=V,...",
+                   help="per-output tolerance, e.g. logits:atol=1e-3,min_cosine=0.999")
+    t.add_argument("--topk", type=int, help="also compare top-k agreement along the last axis")
+    o = p.add_argument_group("output")
+    o.add_argument("--json", type=Path, metavar="FILE", help="write the result as JSON")
+    o.add_argument("--report", type=Path, metavar="FILE.md", help="write a Markdown report")
+    o.add_argument("-q", "--quiet", action="store_true", help="no progress output")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(
+        prog="bisect-tui",
+        description="Find the fused operator that makes an optimized inference engine break tolerance. "
+        "With no command, opens the app.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--version", action="version", version=f"bisect-tui {__version__}")
+    sub = p.add_subparsers(dest="command", parser_class=_Parser)
+    c = sub.add_parser("check", help="baseline, determinism, range check, fused engine, comparison",
+                       epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    _add_model_options(c)
+    b = sub.add_parser("bisect", help="find the fused op(s) that break tolerance",
+                       epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    _add_model_options(b)
+    b.add_argument("--bundle", type=Path, metavar="FILE.zip", help="write a minimal repro bundle")
+    b.add_argument("--max-builds", type=int, default=200, help="stop after this many engine builds")
+    tu = sub.add_parser("tui", help="open the app on a model")
+    _add_model_options(tu)
+    r = sub.add_parser("resume", help="reopen a session directory in the app where it stopped")
+    r.add_argument("session", type=Path)
+    r.add_argument("--headless", action="store_true", help="resume the bisection without the app")
+    return p
+
+
+def _kv_list(items: Sequence[str], flag: str) -> tuple[tuple[str, str], ...]:
+    out = []
+    for item in items:
+        if "=" not in item:
+            raise UserError(f"bad {flag} {item!r}: expected KEY=VALUE")
+        k, v = item.split("=", 1)
+        out.append((k.strip(), v.strip()))
+    return tuple(sorted(out))
+
+
+def options_from_args(args: argparse.Namespace):
+    """Turn parsed arguments into TriageOptions, validating every value up front."""
+    from bisect_tui.core.checks import parse_ranges
+    from bisect_tui.core.inputs import parse_shapes, parse_value_ranges
+    from bisect_tui.core.pipeline import TriageOptions
+    from bisect_tui.core.runner import parse_memory
+    from bisect_tui.core.tolerance import parse_tolerance
+    from bisect_tui.engines import get_engine
+    from bisect_tui.engines.base import EngineConfig
+
+    engine = get_engine(args.engine)
+    disabled = tuple(dict.fromkeys(args.disable))
+    unknown = engine.unknown_optimizers(disabled) if disabled else []
+    if unknown:
+        import difflib
+
+        known = sorted(engine.known_optimizers())
+        hints = difflib.get_close_matches(unknown[0], known, n=3)
+        vers = engine.versions().get(engine.name if engine.name != "ort" else "onnxruntime", "")
+        raise UserError(
+            f"--disable {unknown[0]}: the installed engine ({engine.name} {vers}) does not know this "
+            f"optimizer and would silently ignore it"
+            + (f"; did you mean {', '.join(hints)}?" if hints else "")
+        )
+    config = EngineConfig(
+        level=args.level,
+        precision=args.precision,
+        config_entries=_kv_list(args.ort_config, "--ort-config"),
+        disabled_optimizers=disabled,
+    )
+    preset = args.preset or ("fp16" if args.precision == "fp16" else "fp32")
+    tolerance = parse_tolerance(preset, args.atol, args.rtol, args.min_cosine, args.tol)
+    if args.samples < 1:
+        raise UserError(f"--samples must be at least 1, got {args.samples}")
+    return TriageOptions(
+        model=args.model,
+        session_dir=args.session,
+        shapes=parse_shapes(args.shape),
+        seed=args.seed,
+        samples=args.samples,
+        input_file=args.input,
+        input_ranges=parse_value_ranges(args.input_range),
+        max_memory=parse_memory(args.max_memory) if args.max_memory else 0,
+        engine=args.engine,
+        config=config,
+        tolerance=tolerance,
+        ranges=parse_ranges(args.range),
+        check_determinism=not args.no_determinism,
+        topk=args.topk,
+    )
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    from bisect_tui.core import atomic
+    from bisect_tui.core.pipeline import Triage
+    from bisect_tui.core.report import check_markdown, check_text
+    from bisect_tui.progress_text import TextProgress
+
+    opts = options_from_args(args)
+    progress = TextProgress(enabled=not args.quiet)
+    triage = Triage(opts, progress)
+    try:
+        summary = triage.run_all()
+    finally:
+        progress.close()
+    print(check_text(summary))
+    if args.json:
+        atomic.write_json(args.json, summary)
+    if args.report:
+        atomic.write_text(args.report, check_markdown(summary))
+    return summary["exit_code"]
+
+
+def cmd_bisect(args: argparse.Namespace) -> int:
+    from bisect_tui.core.bisect.command import run_bisect_command
+
+    return run_bisect_command(args, options_from_args(args))
+
+
+def cmd_tui(args: Optional[argparse.Namespace]) -> int:
+    from bisect_tui.tui.app import make_app
+
+    opts = options_from_args(args) if args is not None and getattr(args, "model", None) else None
+    app = make_app(options=opts)
+    app.run()
+    return int(app.return_code or 0)
+
+
+def cmd_resume(args: argparse.Namespace) -> int:
+    from bisect_tui.core.resume import options_from_session
+
+    opts = options_from_session(args.session)
+    if args.headless:
+        from bisect_tui.core.bisect.command import run_bisect_command
+
+        ns = argparse.Namespace(json=None, report=None, bundle=None, quiet=False, max_builds=200)
+        return run_bisect_command(ns, opts)
+    from bisect_tui.tui.app import make_app
+
+    app = make_app(options=opts, resume=True)
+    app.run()
+    return int(app.return_code or 0)
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    handlers = {"check": cmd_check, "bisect": cmd_bisect, "tui": cmd_tui, "resume": cmd_resume}
+    try:
+        if args.command is None:
+            return cmd_tui(None)
+        return handlers[args.command](args)
+    except UserError as exc:
+        print(f"bisect-tui: error: {exc}", file=sys.stderr)
+        return int(exc.code)
+    except (KeyboardInterrupt, Cancelled):
+        print("\nbisect-tui: interrupted; rerun the same command to resume from the session directory",
+              file=sys.stderr)
+        return int(ExitCode.CANCELLED)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,215 @@
+"""Isolation and proof: the culprit's original nodes as a standalone model.
+
+The subgraph is fed the baseline's *own* tensors (so nothing upstream is
+involved) and run three ways: unfused FP32 (ORT_DISABLE_ALL), fused (the
+engine config under test) and a float64 ground truth (onnx's reference
+evaluator on a float64 copy). Only then can a report say whether the fused op
+is really further from the truth than the unfused FP32 ops, and by how much.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+from bisect_tui.core import atomic
+from bisect_tui.core.baseline import load_tensor, manifest_index
+from bisect_tui.core.bisect.units import Unit
+from bisect_tui.core.graph import node_inputs
+from bisect_tui.core.metrics import compare
+from bisect_tui.core.runner import make_session
+from bisect_tui.core.tolerance import judge_arrays
+
+# the torch minifier's rule: an optimized result is "worse" when its error
+# against float64 is more than twice the FP32 reference's
+WORSE_FACTOR = 2.0
+
+
+def extract_subgraph(model: onnx.ModelProto, node_names: list[str], outputs: list[str],
+                     value_types: dict[str, tuple[str, list[int]]]) -> tuple[onnx.ModelProto, list[str]]:
+    """The nodes `node_names` as a model: external tensors become inputs,
+    initializers they use are copied, `outputs` are its outputs."""
+    keep = set(node_names)
+    nodes = [n for n in model.graph.node if n.name in keep]
+    produced = {o for n in nodes for o in n.output if o}
+    inits = {t.name: t for t in model.graph.initializer}
+    inputs: list[str] = []
+    used_inits: list[str] = []
+    for n in nodes:
+        for i in node_inputs(n):
+            if i in produced or i in inputs or i in used_inits:
+                continue
+            (used_inits if i in inits else inputs).append(i)
+
+    def vi(name: str) -> onnx.ValueInfoProto:
+        dtype, shape = value_types[name]
+        return helper.make_tensor_value_info(
+            name, helper.np_dtype_to_tensor_dtype(np.dtype(dtype)), shape
+        )
+
+    graph = helper.make_graph(
+        nodes, "culprit", [vi(i) for i in inputs], [vi(o) for o in outputs],
+        [inits[i] for i in used_inits],
+    )
+    sub = helper.make_model(graph, opset_imports=list(model.opset_import))
+    sub.ir_version = model.ir_version
+    return sub, inputs
+
+
+def to_float64(model: onnx.ModelProto) -> onnx.ModelProto:
+    """A float64 copy: float initializers, I/O, Casts and Constants widened."""
+    m = onnx.ModelProto()
+    m.CopyFrom(model)
+    g = m.graph
+    f32 = {TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.BFLOAT16}
+    for i, t in enumerate(list(g.initializer)):
+        if t.data_type in f32:
+            arr = numpy_helper.to_array(t).astype(np.float64)
+            g.initializer[i].CopyFrom(numpy_helper.from_array(arr, t.name))
+    for vi in list(g.input) + list(g.output):
+        if vi.type.tensor_type.elem_type in f32:
+            vi.type.tensor_type.elem_type = TensorProto.DOUBLE
+    del g.value_info[:]
+    for n in g.node:
+        for a in n.attribute:
+            if n.op_type == "Cast" and a.name == "to" and a.i in f32:
+                a.i = TensorProto.DOUBLE
+            if a.type == onnx.AttributeProto.TENSOR and a.t.data_type in f32:
+                arr = numpy_helper.to_array(a.t).astype(np.float64)
+                a.t.CopyFrom(numpy_helper.from_array(arr, a.t.name))
+    return m
+
+
+def float64_truth(sub: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> tuple[Optional[dict], str]:
+    m64 = to_float64(sub)
+    f64 = {k: (v.astype(np.float64) if v.dtype.kind == "f" else v) for k, v in feeds.items()}
+    try:
+        from onnx.reference import ReferenceEvaluator
+
+        outs = ReferenceEvaluator(m64).run(None, f64)
+        names = [o.name for o in m64.graph.output]
+        return dict(zip(names, outs)), "onnx.reference (float64)"
+    except Exception as exc:  # an op the reference evaluator lacks: try ORT in double
+        first = str(exc).splitlines()[0][:120] if str(exc) else type(exc).__name__
+        try:
+            sess = make_session(m64, "disable")
+            names = [o.name for o in sess.get_outputs()]
+            return dict(zip(names, sess.run(names, f64))), "onnxruntime (float64)"
+        except Exception:
+            return None, f"no float64 truth: {first}"
+
+
+def _worst(truth: np.ndarray, unfused: np.ndarray, fused: np.ndarray, k: int = 5) -> list[dict]:
+    ref = truth if truth is not None else unfused
+    err = np.abs(fused.astype(np.float64) - ref.astype(np.float64)).reshape(-1)
+    err = np.where(np.isnan(err), np.inf, err)
+    k = min(k, err.size)
+    idx = np.argpartition(-err, k - 1)[:k] if k else []
+    idx = sorted(idx, key=lambda i: -err[i])
+    rows = []
+    for i in idx:
+        pos = [int(x) for x in np.unravel_index(i, fused.shape)]
+        rows.append({
+            "index": pos,
+            "truth": float(truth.reshape(-1)[i]) if truth is not None else None,
+            "unfused": float(unfused.reshape(-1)[i]),
+            "fused": float(fused.reshape(-1)[i]),
+            "fused_err": float(abs(float(fused.reshape(-1)[i]) - float(ref.reshape(-1)[i]))),
+            "unfused_err": float(abs(float(unfused.reshape(-1)[i]) - float(ref.reshape(-1)[i]))),
+        })
+    return rows
+
+
+def isolate(triage, units: list[Unit], config, out_dir: Path) -> dict:
+    """Extract the culprit (one unit or an interacting set), run it three ways, judge."""
+    info = triage.info
+    idx = manifest_index(triage.baseline.manifest)
+    node_names = [n for u in units for n in u.original_nodes]
+    outputs = [t for u in units for t in u.outputs]
+    types: dict[str, tuple[str, list[int]]] = {}
+    for name, arr in triage.inputs.arrays.items():
+        types[name] = (arr.dtype.name, list(arr.shape[1:]))
+    for t, e in idx.items():
+        types[t] = (e["dtype"], e["shape"])
+    sub, sub_inputs = extract_subgraph(info.model, node_names, outputs, types)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    sub_path = out_dir / "subgraph.onnx"
+    atomic.write_bytes(sub_path, sub.SerializeToString())
+
+    def feed_array(name: str) -> np.ndarray:
+        if name in triage.inputs.arrays:
+            return triage.inputs.arrays[name]
+        return np.asarray(load_tensor(triage.session, triage.baseline.manifest, name))
+
+    stacked = {i: np.asarray(feed_array(i)) for i in sub_inputs}
+    samples = triage.inputs.samples
+    unfused_sess = make_session(sub, "disable")
+    built = triage.engine.build(sub_path, config, (), None)
+    try:
+        fused_map = [f.to_dict() for f in built.fused_nodes if f.is_fused]
+        res_unfused, res_fused, res_truth = [], [], []
+        truth_how = ""
+        for k in range(samples):
+            feeds = {i: np.ascontiguousarray(a[k]) for i, a in stacked.items()}
+            names = [o.name for o in unfused_sess.get_outputs()]
+            res_unfused.append(dict(zip(names, unfused_sess.run(names, feeds))))
+            res_fused.append(built.run(feeds))
+            truth, truth_how = float64_truth(sub, feeds)
+            res_truth.append(truth)
+    finally:
+        built.close()
+    tol = triage.opts.tolerance.default
+    per_output = {}
+    reproduces = False
+    worse = False
+    for o in outputs:
+        U = np.stack([r[o] for r in res_unfused])
+        F = np.stack([r[o] for r in res_fused])
+        T = np.stack([r[o] for r in res_truth]) if all(res_truth) else None
+        m_fu, v_fu = judge_arrays(U, F, tol)
+        row = {
+            "fused_vs_unfused": _brief(m_fu),
+            "verdict": v_fu.summary(),
+            "breaks_tolerance": not v_fu.passed,
+            "worst_elements": _worst(T if T is not None else None, U, F),
+        }
+        if T is not None:
+            m_ft = compare(T, F)
+            m_ut = compare(T, U)
+            row["fused_vs_truth"] = _brief(m_ft)
+            row["unfused_vs_truth"] = _brief(m_ut)
+            denom = max(m_ut["rmse"], 1e-30)
+            row["error_ratio"] = m_ft["rmse"] / denom
+            row["fused_worse"] = m_ft["rmse"] > WORSE_FACTOR * m_ut["rmse"]
+            worse |= row["fused_worse"]
+        reproduces |= row["breaks_tolerance"]
+        per_output[o] = row
+    # the fused run's data the bundle needs
+    atomic.save_npz(out_dir / "inputs.npz", stacked)
+    atomic.save_npz(out_dir / "expected.npz", {o: np.stack([r[o] for r in res_unfused]) for o in outputs})
+    if all(res_truth):
+        atomic.save_npz(out_dir / "truth_float64.npz", {o: np.stack([r[o] for r in res_truth]) for o in outputs})
+    return {
+        "subgraph": str(sub_path),
+        "subgraph_inputs": sub_inputs,
+        "subgraph_outputs": outputs,
+        "nodes": node_names,
+        "fused_in_isolation": fused_map,
+        "truth": truth_how,
+        "reproduces": reproduces,
+        "fused_worse_than_fp32": worse,
+        "outputs": per_output,
+    }
+
+
+def _brief(m: dict) -> dict:
+    return {k: m.get(k) for k in ("max_abs", "mean_abs", "rmse", "max_rel", "cosine", "snr_db")}
+
+
+def temp_dir() -> Path:
+    return Path(tempfile.mkdtemp(prefix="bisect_tui_iso_"))

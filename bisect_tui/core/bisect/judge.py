@@ -1,0 +1,55 @@
+"""Judging an engine's final outputs against the baseline, the same way for
+every build the search makes (and for the check command)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+import numpy as np
+
+from bisect_tui.core.tolerance import ToleranceSpec, judge_arrays
+
+
+@dataclass
+class Judgement:
+    passed: bool
+    ratio: float  # worst over outputs; > 1 fails
+    worst_output: Optional[str]
+    max_abs: float
+    summary: str
+    outputs: dict  # name -> {passed, ratio, max_abs, cosine, summary}
+
+
+class OutputJudge:
+    """Holds the baseline outputs in memory once (they are small compared with
+    activations) and judges many builds against them."""
+
+    def __init__(self, references: dict[str, np.ndarray], tolerance: ToleranceSpec, topk=None):
+        self.references = references
+        self.tolerance = tolerance
+        self.topk = topk
+
+    def judge(self, per_sample: list[dict[str, np.ndarray]]) -> Judgement:
+        outs = {}
+        worst_name, worst_ratio, worst_abs = None, -1.0, 0.0
+        summary = "PASS"
+        for name, ref in self.references.items():
+            test = np.stack([s[name] for s in per_sample])
+            metrics, verdict = judge_arrays(ref, test, self.tolerance.for_output(name), topk=self.topk)
+            r = verdict.ratio
+            outs[name] = {
+                "passed": verdict.passed,
+                "ratio": r,
+                "max_abs": metrics["max_abs"],
+                "cosine": metrics["cosine"],
+                "summary": verdict.summary(),
+            }
+            if r > worst_ratio:
+                worst_name, worst_ratio, worst_abs = name, r, metrics["max_abs"]
+                if not verdict.passed:
+                    summary = f"{name}: {verdict.summary()}"
+        passed = all(o["passed"] for o in outs.values())
+        if passed:
+            summary = "PASS"
+        return Judgement(passed, worst_ratio, worst_name, worst_abs, summary, outs)

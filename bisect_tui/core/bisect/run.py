@@ -1,0 +1,70 @@
+"""The whole bisection for one triage: search, probe, isolation, attribution,
+workaround. Shared by `bisect-tui bisect`, `resume --headless` and the app."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from bisect_tui.core.bisect.attribution import attribute, find_workaround
+from bisect_tui.core.bisect.isolate import isolate
+from bisect_tui.core.bisect.probe import run_probe
+from bisect_tui.core.bisect.search import Bisector
+from bisect_tui.core.bisect.units import Unit
+from bisect_tui.core.cancel import Progress
+from bisect_tui.core.session import now_iso
+
+
+def run_bisection(triage, max_builds: int = 200, config=None) -> dict:
+    """Run (or resume) the bisection; writes bisect/result.json and returns it."""
+    if triage.fused is None:
+        triage.run_fused()
+    triage.session.mark_step("bisect", "running")
+    bis = Bisector(triage, config, max_builds)
+
+    def probe(optimized: str, units: list[Unit]) -> dict:
+        return run_probe(triage, optimized, units)
+
+    search = bis.run(probe)
+    units = [Unit.from_dict(u) for u in search.get("units", [])]
+    by_idx = {u.index: u for u in units}
+    level_cfg = bis.config.with_level(search.get("level", bis.config.level))
+    culprits = []
+    attributions = []
+    groups = [[by_idx[i] for i in c] for c in search.get("culprits", [])]
+    for ci, group in enumerate(groups, 1):
+        triage.progress(Progress("isolate", f"proving culprit {ci}/{len(groups)} in isolation", ci - 1, len(groups)))
+        iso = isolate(triage, group, level_cfg, triage.session.bisect_dir / f"culprit_{ci}")
+        triage.progress(Progress("attribute", f"confirming the optimizer of culprit {ci}", ci - 1, len(groups)))
+        attr = attribute(bis, group)
+        attributions.append(attr)
+        lead = group[-1]
+        first_out = next(iter(iso["outputs"].values()), {})
+        culprits.append({
+            "fused_node": lead.fused_node if len(group) == 1 else " + ".join(u.fused_node for u in group),
+            "op_type": lead.op_type if len(group) == 1 else " + ".join(u.op_type for u in group),
+            "original_nodes": [n for u in group for n in u.original_nodes],
+            "optimizers": attr["confirmed"] or attr["tags"],
+            "interaction": len(group) > 1,
+            "units": [u.index for u in group],
+            "attribution": attr,
+            "isolated": iso,
+            "worst_elements": first_out.get("worst_elements", []),
+        })
+    workaround = None
+    if culprits:
+        triage.progress(Progress("workaround", "testing the full engine with optimizers disabled"))
+        workaround = find_workaround(bis, groups, attributions)
+    result = {
+        **search,
+        "culprits": culprits,
+        "workaround": workaround,
+        "steps": [s.to_dict() for s in bis.steps],
+        "engine_builds": bis.builds,
+        "finished": now_iso(),
+        "tolerance": triage.opts.tolerance.to_dict(),
+    }
+    triage.session.write_json("bisect/result.json", result)
+    state = {"pass": "passed", "culprits": "failed", "not_fusion": "failed", "no_culprit": "failed"}
+    triage.session.mark_step("bisect", state.get(result["verdict"], "failed"), verdict=result["verdict"],
+                             culprits=len(culprits))
+    return result

@@ -1,0 +1,343 @@
+"""The search: which fused node(s) break tolerance, with as few builds as possible.
+
+Plan (each numbered item is one or more engine builds, every one recorded in
+`bisect/steps.jsonl` and reused on a rerun, which is how a search resumes):
+
+1. The full engine (the user's config). Passing: nothing to find.
+2. Every fusion blocked (all tensors marked). Still failing: the error is not
+   a fusion's (precision, a kernel, or an op rewritten in place) and the search
+   says so instead of blaming one.
+3. Lower optimization levels first (basic, extended): the lowest failing level
+   keeps the fused-node map fine-grained (no NCHWc trunk) and is searched.
+4. The fused-graph probe (one run, no build) ranks fused nodes by their *own*
+   error; the top suspects are tried alone first.
+5. Otherwise a binary search over prefixes of the fused nodes in topological
+   order (about log2(n) builds), then a check of the culprit alone; if it
+   passes alone, its partners are searched (an interaction, reported as a set).
+6. The culprit is held at the baseline (its interior stays marked) and the
+   search repeats until the engine passes, so every culprit is reported.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Optional
+
+import numpy as np
+
+from bisect_tui.core import atomic
+from bisect_tui.core.baseline import load_tensor
+from bisect_tui.core.bisect.judge import Judgement, OutputJudge
+from bisect_tui.core.bisect.units import Unit, build_units, marks_for, region_text
+from bisect_tui.core.cancel import Progress
+from bisect_tui.core.session import now_iso, stable_key
+from bisect_tui.engines.base import LEVELS, EngineConfig
+
+MAX_SEED_TRIES = 3
+
+
+@dataclass
+class Step:
+    n: int
+    kind: str
+    region: str
+    enabled: list[int]
+    config: dict
+    marks: int
+    passed: bool
+    ratio: float
+    max_abs: float
+    summary: str
+    builds: int
+    cached: bool
+    seconds: float
+    fused_in_build: Optional[int] = None
+    key: str = ""
+
+    def to_dict(self) -> dict:
+        return dict(self.__dict__)
+
+
+@dataclass
+class SearchState:
+    level: str
+    units: list[Unit]
+    culprits: list[list[int]] = field(default_factory=list)  # unit indices per culprit (set)
+    verdict: str = "running"  # pass | culprits | not_fusion | no_culprit | running | cancelled
+
+
+class Bisector:
+    """Runs the search for one Triage (baseline done) and one engine config."""
+
+    def __init__(self, triage, config: Optional[EngineConfig] = None, max_builds: int = 200):
+        self.t = triage
+        self.config = config or triage.opts.config
+        self.max_builds = max_builds
+        self.session = triage.session
+        self.engine = triage.engine
+        self.dir = self.session.bisect_dir
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.steps: list[Step] = []
+        self.builds = 0
+        self.expected_builds = 0
+        self._cache: dict[str, dict] = {}
+        self._all_tensors = triage.info.index.intermediate_tensors()
+        self._load_cache()
+        refs = {
+            name: np.asarray(load_tensor(self.session, triage.baseline.manifest, name))
+            for name in triage.info.outputs
+        }
+        self.judge = OutputJudge(refs, triage.opts.tolerance, triage.opts.topk)
+        self.search_key = stable_key(
+            "bisect/v1", triage.baseline.manifest["key"], self.config.to_dict(),
+            triage.opts.tolerance.to_dict(), triage.opts.topk,
+        )
+
+    # --- persistence -----------------------------------------------------------
+    @property
+    def steps_path(self):
+        return self.dir / "steps.jsonl"
+
+    def _load_cache(self) -> None:
+        if not self.steps_path.exists():
+            return
+        for line in self.steps_path.read_text(encoding="utf-8").splitlines():
+            try:
+                rec = json.loads(line)
+            except ValueError:
+                continue  # a torn last line from an interrupted write
+            if rec and rec.get("key"):
+                self._cache[rec["key"]] = rec
+
+    def _append(self, rec: dict) -> None:
+        line = atomic.to_json(rec).replace("\n", " ") + "\n"
+        with open(self.steps_path, "a", encoding="utf-8") as fh:
+            fh.write(line)
+            fh.flush()
+
+    # --- one test ----------------------------------------------------------------
+    def evaluate(
+        self,
+        kind: str,
+        enabled: Optional[list[Unit]],
+        config: Optional[EngineConfig] = None,
+        held: Optional[list[Unit]] = None,
+        marks: Optional[list[str]] = None,
+    ) -> Step:
+        """Build the engine with only `enabled` units free to fuse and judge it.
+
+        enabled=None means no marking at all (the plain engine)."""
+        config = config or self.config
+        if marks is None:
+            if enabled is None:
+                marks = []
+            else:
+                held_t = [t for u in (held or []) for t in u.interior]
+                marks = marks_for(enabled, self._all_tensors, held_t)
+        digest = hashlib.sha1("\n".join(sorted(marks)).encode()).hexdigest()
+        key = stable_key(self.search_key, config.to_dict(), digest)
+        region = "whole graph" if enabled is None else region_text(enabled)
+        ids = [] if enabled is None else [u.index for u in enabled]
+        cached = self._cache.get(key)
+        if cached is not None:
+            known = {k: v for k, v in cached.items() if k in Step.__dataclass_fields__}
+            step = Step(**{**known, "n": len(self.steps) + 1, "kind": kind, "region": region,
+                           "enabled": ids, "cached": True, "builds": self.builds})
+            self.steps.append(step)
+            self._report(step)
+            return step
+        self.t.cancel.check()
+        if self.builds >= self.max_builds:
+            raise BuildBudgetExceeded(self.max_builds)
+        t0 = time.perf_counter()
+        built = self.engine.build(self.session.model_path, config, marks, None)
+        try:
+            per_sample = [built.run(self.t.inputs.feeds(k)) for k in range(self.t.inputs.samples)]
+            fused_count = None
+            try:
+                fused_count = sum(1 for n in built.fused_nodes if n.is_fused)
+            except Exception:
+                fused_count = None
+        finally:
+            built.close()
+        j: Judgement = self.judge.judge(per_sample)
+        self.builds += 1
+        step = Step(
+            n=len(self.steps) + 1, kind=kind, region=region, enabled=ids,
+            config={"level": config.level, "disabled_optimizers": list(config.disabled_optimizers)},
+            marks=len(marks), passed=j.passed, ratio=_finite(j.ratio), max_abs=_finite(j.max_abs),
+            summary=j.summary, builds=self.builds, cached=False,
+            seconds=time.perf_counter() - t0, fused_in_build=fused_count, key=key,
+        )
+        self.steps.append(step)
+        self._append({**step.to_dict(), "at": now_iso()})
+        self._cache[key] = step.to_dict()
+        self._report(step)
+        return step
+
+    def _report(self, step: Step) -> None:
+        verdict = "pass" if step.passed else "FAIL"
+        self.t.progress(Progress(
+            "bisect",
+            f"step {step.n}: {step.region} -> {verdict} (x{step.ratio:.3g} of tolerance)",
+            self.builds, max(self.expected_builds, self.builds),
+            {"step": step.to_dict()},
+        ))
+
+    # --- the search ----------------------------------------------------------------
+    def find_level(self) -> tuple[str, Step]:
+        """Lowest optimization level (up to the user's) whose engine fails."""
+        top = LEVELS.index(self.config.level)
+        last = None
+        for lvl in LEVELS[1 : top + 1]:
+            cfg = self.config.with_level(lvl)
+            step = self.evaluate(f"level {lvl}", None, cfg)
+            last = (lvl, step)
+            if not step.passed:
+                return lvl, step
+        assert last is not None
+        return last
+
+    def units_at(self, level: str) -> tuple[list[Unit], Optional[str]]:
+        cfg = self.config.with_level(level)
+        workdir = self.session.engines_dir / f"{self.t.opts.engine}-{cfg.key()}"
+        workdir.mkdir(parents=True, exist_ok=True)
+        built = self.engine.build(self.session.model_path, cfg, (), workdir)
+        try:
+            fused = built.fused_nodes
+            opt = str(built.optimized_model_path) if built.optimized_model_path else None
+        finally:
+            built.close()
+        atomic.write_json(workdir / "fused_nodes.json", [f.to_dict() for f in fused])
+        return build_units(fused, self.t.info.index), opt
+
+    def prefix_search(self, cands: list[Unit], held: list[Unit], fixed: list[Unit]) -> Optional[int]:
+        """Smallest k with fixed + cands[:k+1] failing (cands[:] known to fail with fixed)."""
+        lo, hi = 0, len(cands) - 1
+        while lo < hi:
+            mid = (lo + hi) // 2
+            step = self.evaluate("bisect", fixed + cands[: mid + 1], held=held)
+            if step.passed:
+                lo = mid + 1
+            else:
+                hi = mid
+        return lo if cands else None
+
+    def find_one(self, remaining: list[Unit], held: list[Unit], seeds: list[Unit]) -> Optional[list[Unit]]:
+        """One culprit (a unit, or a set of units that only fail together)."""
+        for s in [s for s in seeds if s in remaining][:MAX_SEED_TRIES]:
+            step = self.evaluate("suspect alone", [s], held=held)
+            if not step.passed:
+                return [s]
+        k = self.prefix_search(remaining, held, [])
+        if k is None:
+            return None
+        culprit = remaining[k]
+        step = self.evaluate("culprit alone", [culprit], held=held)
+        if not step.passed:
+            return [culprit]
+        # An interaction: the culprit needs earlier fusions to fail.
+        fixed = [culprit]
+        cands = remaining[:k]
+        while cands:
+            j = self.prefix_search(cands, held, fixed)
+            if j is None:
+                break
+            fixed = [cands[j]] + fixed
+            step = self.evaluate("interaction", fixed, held=held)
+            if not step.passed:
+                return sorted(fixed, key=lambda u: u.index)
+            cands = cands[:j]
+        return sorted(fixed, key=lambda u: u.index)
+
+    def run(self, probe_fn: Optional[Callable] = None) -> dict:
+        """Search; returns the JSON-able search result (culprits as unit indices)."""
+        t0 = time.perf_counter()
+        result: dict = {"started": now_iso(), "config": self.config.to_dict()}
+        full = self.evaluate("full engine", None)
+        result["full_engine"] = full.to_dict()
+        if full.passed:
+            result.update(verdict="pass", culprits=[], units=[], level=self.config.level)
+            return self._finish(result, t0)
+        blocked = self.evaluate("all fusions blocked", None, marks=list(self._all_tensors))
+        result["all_blocked"] = blocked.to_dict()
+        level, level_step = self.find_level() if self.config.level != "disable" else (self.config.level, full)
+        result["level"] = level
+        units, optimized = self.units_at(level)
+        result["units"] = [u.to_dict() for u in units]
+        result["optimized_model"] = optimized
+        if not blocked.passed:
+            result.update(
+                verdict="not_fusion", culprits=[],
+                unblockable=[u.index for u in units if not u.blockable],
+                explanation=(
+                    "the error stays with every fusion blocked (all tensors marked): it does not come "
+                    "from a fusion that marking can switch off. Likely causes: the precision (FP16/INT8 "
+                    "conversion), a kernel that differs without fusion, a rewrite of a single op in "
+                    "place, or a layout transform. The probe below shows where the error starts."
+                ),
+            )
+            if probe_fn and optimized:
+                result["probe"] = probe_fn(optimized, units)
+            return self._finish(result, t0)
+        searchable = [u for u in units if u.blockable]
+        self.expected_builds = self.builds + max(1, math.ceil(math.log2(max(len(searchable), 1)))) + 2
+        seeds: list[Unit] = []
+        if probe_fn and optimized:
+            probe = probe_fn(optimized, units)
+            result["probe"] = probe
+            by_idx = {u.index: u for u in units}
+            seeds = [by_idx[i] for i in probe.get("suspects", []) if i in by_idx and by_idx[i].blockable]
+        cfg_level = self.config.with_level(level)
+        held: list[Unit] = []
+        culprits: list[list[Unit]] = []
+        self.config, saved = cfg_level, self.config
+        try:
+            while True:
+                remaining = [u for u in searchable if u not in held]
+                if not remaining:
+                    break
+                check = self.evaluate("remaining fusions" if held else "all fusions at level",
+                                      remaining, held=held)
+                if check.passed:
+                    break
+                found = self.find_one(remaining, held, seeds)
+                if not found:
+                    break
+                culprits.append(found)
+                held.extend(found)
+                self.expected_builds = self.builds + max(1, math.ceil(math.log2(max(len(remaining), 1)))) + 2
+        finally:
+            self.config = saved
+        result["culprits"] = [[u.index for u in c] for c in culprits]
+        result["verdict"] = "culprits" if culprits else "no_culprit"
+        if not culprits:
+            result["explanation"] = (
+                "every fused node passes on its own and together once marked; the failure needs "
+                "the unmarked engine (e.g. a fusion spanning several marked tensors)"
+            )
+        return self._finish(result, t0)
+
+    def _finish(self, result: dict, t0: float) -> dict:
+        result["steps"] = [s.to_dict() for s in self.steps]
+        result["engine_builds"] = self.builds
+        result["reused_steps"] = sum(1 for s in self.steps if s.cached)
+        result["engine_builds_all_runs"] = len(self._cache)
+        result["seconds"] = time.perf_counter() - t0
+        return result
+
+
+class BuildBudgetExceeded(Exception):
+    def __init__(self, n: int):
+        super().__init__(f"stopped after {n} engine builds (--max-builds)")
+
+
+def _finite(x: float) -> float:
+    try:
+        return float(x) if math.isfinite(x) else (1e300 if x > 0 else -1e300)
+    except TypeError:
+        return float("nan")

@@ -1,0 +1,95 @@
+"""Units of the search: the fused nodes of the engine, and how to block each one.
+
+A unit is one fused node of the optimized graph with the original nodes it
+replaced. Its *interior* tensors are the outputs of those original nodes that
+the fused node does not produce; marking any of them blocks the fusion. A
+unit with no interior tensor (a single op rewritten in place) cannot be
+blocked by marking; the search reports such units instead of guessing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Iterable
+
+from bisect_tui.core.graph import GraphIndex
+from bisect_tui.engines.base import FusedNode
+
+
+@dataclass
+class Unit:
+    index: int  # position in topological order of the search
+    fused_node: str
+    op_type: str
+    original_nodes: list[str]
+    optimizers: list[str]
+    outputs: list[str]  # original tensors the fused node produces
+    interior: list[str] = field(default_factory=list)  # tensors whose marking blocks it
+    domain: str = ""
+
+    @property
+    def blockable(self) -> bool:
+        return bool(self.interior)
+
+    def label(self) -> str:
+        return f"{self.fused_node} ({self.op_type}, {len(self.original_nodes)} nodes)"
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Unit":
+        return cls(**d)
+
+
+def build_units(fused: Iterable[FusedNode], index: GraphIndex) -> list[Unit]:
+    """Fused nodes -> units in topological order of their last original node."""
+    units: list[Unit] = []
+    original_tensors = set(index.producer)
+    for fn in fused:
+        if not fn.is_fused or not fn.original_nodes:
+            continue
+        outs = [t for t in fn.outputs if t in original_tensors]
+        covered = [n for n in fn.original_nodes if n in index.by_name]
+        produced = [t for n in covered for t in index.by_name[n].output if t]
+        interior = [t for t in produced if t not in outs]
+        units.append(
+            Unit(
+                index=0,
+                fused_node=fn.name,
+                op_type=fn.op_type,
+                original_nodes=covered,
+                optimizers=list(fn.optimizers),
+                outputs=outs,
+                interior=interior,
+                domain=fn.domain,
+            )
+        )
+    units.sort(key=lambda u: max(index.order.get(n, 0) for n in u.original_nodes))
+    for i, u in enumerate(units):
+        u.index = i
+    return units
+
+
+def marks_for(enabled: Iterable[Unit], all_tensors: list[str], always: Iterable[str] = ()) -> list[str]:
+    """Tensors to mark so that only `enabled` units may fuse.
+
+    Every intermediate tensor is marked except the interior tensors of the
+    enabled units. `always` adds tensors that stay marked regardless (held
+    culprits)."""
+    free: set[str] = set()
+    for u in enabled:
+        free.update(u.interior)
+    free.difference_update(always)
+    return [t for t in all_tensors if t not in free]
+
+
+def region_text(units: list[Unit]) -> str:
+    if not units:
+        return "no fusion"
+    if len(units) == 1:
+        return f"#{units[0].index} {units[0].fused_node}"
+    idx = [u.index for u in units]
+    if idx == list(range(idx[0], idx[-1] + 1)):
+        return f"#{idx[0]}..#{idx[-1]} ({len(units)} fused nodes)"
+    return f"{len(units)} fused nodes (#" + ", #".join(map(str, idx[:6])) + (", ..." if len(idx) > 6 else "") + ")"

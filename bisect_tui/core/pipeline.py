@@ -1,0 +1,317 @@
+"""The triage checklist as steps: inputs -> baseline -> determinism -> range
+check -> fused engine -> comparison.
+
+`Triage` is what both the CLI and the TUI drive: each step is a method that
+reads what earlier steps left in the session directory, does its work (or
+reuses a valid earlier result) and writes its own result there.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+import numpy as np
+
+from bisect_tui.core import atomic
+from bisect_tui.core.baseline import (
+    BaselineResult,
+    load_tensor,
+    run_baseline,
+    versions,
+)
+from bisect_tui.core.cancel import CancelToken, Progress, ProgressFn, no_progress
+from bisect_tui.core.checks import check_determinism, check_ranges
+from bisect_tui.core.errors import ExitCode, UserError
+from bisect_tui.core.inputs import (
+    InputSet,
+    generate_inputs,
+    load_inputs,
+    resolve_shapes,
+)
+from bisect_tui.core.model import ModelInfo, load_model_info, save_prepared
+from bisect_tui.core.runner import default_max_memory
+from bisect_tui.core.session import Session, default_session_dir, now_iso, stable_key
+from bisect_tui.core.tolerance import ToleranceSpec, judge_arrays, parse_tolerance
+from bisect_tui.engines.base import EngineConfig
+
+
+@dataclass
+class TriageOptions:
+    model: Path
+    session_dir: Optional[Path] = None
+    shapes: dict[str, list[int]] = field(default_factory=dict)
+    seed: int = 0
+    samples: int = 1
+    input_file: Optional[Path] = None
+    input_ranges: dict[str, tuple[float, float]] = field(default_factory=dict)
+    max_memory: int = 0  # 0 = derived from free RAM
+    engine: str = "ort"
+    config: EngineConfig = field(default_factory=EngineConfig)
+    tolerance: ToleranceSpec = field(default_factory=lambda: parse_tolerance("fp32"))
+    ranges: list[tuple[str, float, float]] = field(default_factory=list)
+    check_determinism: bool = True
+    topk: Optional[int] = None
+
+    def input_options(self) -> dict:
+        if self.input_file:
+            from bisect_tui.core.model import file_sha256
+
+            return {"input_file": str(Path(self.input_file).resolve()),
+                    "input_sha256": file_sha256(Path(self.input_file)),
+                    "shapes": self.shapes}
+        return {"seed": self.seed, "samples": self.samples, "shapes": self.shapes,
+                "input_ranges": {k: list(v) for k, v in self.input_ranges.items()}}
+
+
+def overall_exit(verdict: str) -> ExitCode:
+    return {
+        "pass": ExitCode.OK,
+        "fail": ExitCode.TOLERANCE,
+        "nondeterministic": ExitCode.NONDETERMINISTIC,
+        "nan_inf": ExitCode.NAN_INF,
+    }[verdict]
+
+
+class Triage:
+    """One triage of one model, persisted in its session directory."""
+
+    def __init__(
+        self,
+        opts: TriageOptions,
+        progress: ProgressFn = no_progress,
+        cancel: Optional[CancelToken] = None,
+    ):
+        self.opts = opts
+        self.progress = progress
+        self.cancel = cancel or CancelToken()
+        self.info: Optional[ModelInfo] = None
+        self.session: Optional[Session] = None
+        self.inputs: Optional[InputSet] = None
+        self.shapes: dict[str, list[int]] = {}
+        self.baseline: Optional[BaselineResult] = None
+        self.determinism: Optional[dict] = None
+        self.range_check: Optional[dict] = None
+        self.fused: Optional[dict] = None
+        self._engine = None
+
+    @property
+    def max_memory(self) -> int:
+        return self.opts.max_memory or default_max_memory()
+
+    @property
+    def engine(self):
+        if self._engine is None:
+            from bisect_tui.engines import get_engine
+
+            self._engine = get_engine(self.opts.engine)
+        return self._engine
+
+    # step 1 -----------------------------------------------------------------
+    def prepare(self) -> InputSet:
+        """Load and check the model, open the session, fix the exact inputs."""
+        self.progress(Progress("inputs", "loading model"))
+        info = load_model_info(self.opts.model)
+        self.info = info
+        root = self.opts.session_dir or default_session_dir(info.path, info.sha256)
+        session = Session(root)
+        self.session = session
+        self.shapes = resolve_shapes(info, self.opts.shapes) if not self.opts.input_file else {}
+        if self.opts.input_file:
+            inputs = load_inputs(info, self.opts.input_file, self.opts.shapes)
+            self.shapes = {n: list(a.shape[1:]) for n, a in inputs.arrays.items()}
+        else:
+            inputs = None
+        # Validate everything before the first write, so bad input never touches
+        # an existing session.
+        session.init(info.path, info.sha256, self.opts.input_options())
+        if not session.model_path.exists():
+            save_prepared(info, session.model_path)
+        if inputs is None:
+            existing = self._load_saved_inputs()
+            inputs = existing or generate_inputs(
+                info, self.shapes, self.opts.seed, self.opts.samples, self.opts.input_ranges
+            )
+        if not session.inputs_path.exists():
+            atomic.save_npz(session.inputs_path, inputs.arrays)
+            session.write_json("input_source.json", {**inputs.source, "inputs": inputs.describe()})
+        self.inputs = inputs
+        session.mark_step("inputs", "passed", samples=inputs.samples)
+        return inputs
+
+    def _load_saved_inputs(self) -> Optional[InputSet]:
+        assert self.session is not None
+        if not self.session.inputs_path.exists():
+            return None
+        with np.load(self.session.inputs_path, allow_pickle=False) as z:
+            arrays = {k: z[k] for k in z.files}
+        src = self.session.read_json("input_source.json") or {}
+        return InputSet(arrays, {k: v for k, v in src.items() if k != "inputs"})
+
+    def _need_prepared(self) -> None:
+        if self.inputs is None:
+            self.prepare()
+
+    # step 2 -----------------------------------------------------------------
+    def run_baseline(self) -> BaselineResult:
+        self._need_prepared()
+        assert self.info and self.session and self.inputs
+        self.session.mark_step("baseline", "running")
+        res = run_baseline(
+            self.info, self.session, self.inputs, self.shapes, self.max_memory,
+            self.cancel, self.progress,
+        )
+        self.baseline = res
+        self.session.mark_step(
+            "baseline", "passed", tensors=len(res.manifest["tensors"]), reused=res.reused,
+            bytes=res.manifest["bytes"],
+        )
+        return res
+
+    # step 3 -----------------------------------------------------------------
+    def run_determinism(self) -> dict:
+        if self.baseline is None:
+            self.run_baseline()
+        assert self.info and self.session and self.inputs and self.baseline
+        if not self.opts.check_determinism:
+            self.session.mark_step("determinism", "skipped")
+            self.determinism = {"deterministic": None, "skipped": True}
+            return self.determinism
+        self.session.mark_step("determinism", "running")
+        res = check_determinism(
+            self.info, self.session, self.inputs, self.shapes, self.baseline.manifest,
+            self.max_memory, self.cancel, self.progress,
+        )
+        self.determinism = res
+        self.session.mark_step("determinism", "passed" if res["deterministic"] else "failed")
+        return res
+
+    # step 4 -----------------------------------------------------------------
+    def run_range_check(self) -> dict:
+        if self.baseline is None:
+            self.run_baseline()
+        assert self.info and self.session and self.baseline
+        self.progress(Progress("range_check", "checking value ranges"))
+        res = check_ranges(self.info, self.baseline.manifest, self.opts.ranges, session=self.session)
+        self.range_check = res
+        self.session.mark_step("range_check", "passed" if res["ok"] else "failed")
+        return res
+
+    # step 5 -----------------------------------------------------------------
+    def engine_dir(self, config: EngineConfig) -> Path:
+        assert self.session
+        return self.session.engines_dir / f"{self.opts.engine}-{config.key()}"
+
+    def run_fused(self, config: Optional[EngineConfig] = None) -> dict:
+        """Build the fused engine, run it on the same inputs, compare final outputs."""
+        if self.baseline is None:
+            self.run_baseline()
+        assert self.info and self.session and self.inputs and self.baseline
+        config = config or self.opts.config
+        key = stable_key("fused/v1", self.baseline.manifest["key"], self.opts.engine,
+                         config.to_dict(), self.opts.tolerance.to_dict(), self.opts.topk)
+        cached = self.session.read_json("check.json")
+        if cached and cached.get("key") == key:
+            self.fused = cached
+            self.session.mark_step("fused", "passed" if cached["passed"] else "failed")
+            return cached
+        self.session.mark_step("fused", "running")
+        t0 = time.perf_counter()
+        self.progress(Progress("fused", f"building {self.opts.engine} engine ({config.level}, {config.precision})"))
+        self.cancel.check()
+        workdir = self.engine_dir(config)
+        workdir.mkdir(parents=True, exist_ok=True)
+        built = self.engine.build(self.session.model_path, config, (), workdir)
+        try:
+            build_s = time.perf_counter() - t0
+            per_sample = []
+            for k in range(self.inputs.samples):
+                self.cancel.check()
+                self.progress(Progress("fused", f"running sample {k + 1}/{self.inputs.samples}", k, self.inputs.samples))
+                per_sample.append(built.run(self.inputs.feeds(k)))
+            fused_nodes = [n.to_dict() for n in built.fused_nodes]
+            atomic.write_json(workdir / "fused_nodes.json", fused_nodes)
+            optimized = str(built.optimized_model_path) if built.optimized_model_path else None
+        finally:
+            built.close()
+        outputs: dict[str, Any] = {}
+        for name in self.info.outputs:
+            ref = np.asarray(load_tensor(self.session, self.baseline.manifest, name))
+            test = np.stack([s[name] for s in per_sample])
+            tol = self.opts.tolerance.for_output(name)
+            metrics, verdict = judge_arrays(ref, test, tol, topk=self.opts.topk)
+            outputs[name] = {"metrics": metrics, "tolerance": tol.to_dict(),
+                             "passed": verdict.passed, "verdict": verdict.to_dict(),
+                             "summary": verdict.summary()}
+        passed = all(o["passed"] for o in outputs.values())
+        fused_only = [n for n in fused_nodes if n["is_fused"]]
+        result = {
+            "key": key,
+            "checked_at": now_iso(),
+            "engine": self.opts.engine,
+            "config": config.to_dict(),
+            "passed": passed,
+            "outputs": outputs,
+            "failing_outputs": [n for n, o in outputs.items() if not o["passed"]],
+            "fused_nodes": fused_only,
+            "optimized_nodes": len(fused_nodes),
+            "original_nodes": self.info.node_count,
+            "optimized_model": optimized,
+            "build_seconds": build_s,
+            "seconds": time.perf_counter() - t0,
+        }
+        self.session.write_json("check.json", result)
+        self.fused = result
+        self.session.mark_step("fused", "passed" if passed else "failed")
+        return result
+
+    # the whole checklist ------------------------------------------------------
+    def run_all(self) -> dict:
+        self.prepare()
+        self.run_baseline()
+        self.run_determinism()
+        self.run_range_check()
+        self.run_fused()
+        return self.summary()
+
+    def verdict(self) -> str:
+        if self.range_check and self.range_check["nan_inf"]:
+            return "nan_inf"
+        if self.determinism and self.determinism.get("deterministic") is False:
+            return "nondeterministic"
+        if self.fused is None:
+            raise RuntimeError("fused step has not run")
+        return "pass" if self.fused["passed"] else "fail"
+
+    def summary(self) -> dict:
+        """The JSON contract of `check` (documented in docs/check.md)."""
+        assert self.info and self.session and self.inputs and self.baseline
+        verdict = self.verdict()
+        from bisect_tui.engines import get_engine
+
+        out = {
+            "verdict": verdict,
+            "exit_code": int(overall_exit(verdict)),
+            "model": {"path": str(self.info.path), "sha256": self.info.sha256,
+                      "nodes": self.info.node_count, "opset": self.info.opset},
+            "session": str(self.session.root),
+            "inputs": {**self.inputs.source, "arrays": self.inputs.describe()},
+            "tolerance": self.opts.tolerance.to_dict(),
+            "baseline": {"tensors": len(self.baseline.manifest["tensors"]),
+                         "bytes": self.baseline.manifest["bytes"],
+                         "reused": self.baseline.reused,
+                         "groups": self.baseline.manifest["options"]["groups"],
+                         "dir": str(self.session.baseline_dir)},
+            "determinism": self.determinism,
+            "range_check": self.range_check,
+            "engine": self.fused["engine"] if self.fused else None,
+            "config": self.fused["config"] if self.fused else None,
+            "outputs": self.fused["outputs"] if self.fused else {},
+            "failing_outputs": self.fused["failing_outputs"] if self.fused else [],
+            "fused_nodes": self.fused["fused_nodes"] if self.fused else [],
+            "versions": {**versions(), **get_engine(self.opts.engine).versions()},
+        }
+        self.session.write_json("report.json", out)
+        return out

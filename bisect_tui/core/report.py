@@ -1,0 +1,301 @@
+"""Human text and Markdown renderings of the JSON results.
+
+The JSON (`report.json`) is the contract; these are views of it. Each section
+says what was found, why it matters and what to do next.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+VERDICT_TEXT = {
+    "pass": "PASS: the fused engine is within tolerance",
+    "fail": "FAIL: the fused engine breaks tolerance",
+    "nondeterministic": "STOP: the baseline is not deterministic",
+    "nan_inf": "STOP: the baseline already holds NaN/Inf",
+}
+
+
+def fmt(x: Any, digits: int = 3) -> str:
+    if x is None:
+        return "-"
+    if isinstance(x, bool):
+        return "yes" if x else "no"
+    if isinstance(x, int):
+        return str(x)
+    if isinstance(x, float):
+        if x != x:
+            return "nan"
+        if x in (float("inf"), float("-inf")):
+            return "inf" if x > 0 else "-inf"
+        if x == 0:
+            return "0"
+        if 1e-3 <= abs(x) < 1e4:
+            return f"{x:.{digits + 1}g}"
+        return f"{x:.{digits - 1}e}"
+    return str(x)
+
+
+def _mb(n: int) -> str:
+    return f"{n / (1 << 20):.1f} MB"
+
+
+def determinism_line(det: dict | None) -> str:
+    if not det or det.get("skipped"):
+        return "determinism: skipped (--no-determinism)"
+    if det["deterministic"]:
+        return f"determinism: OK, {det['tensors_compared']} tensors bit-identical over two fresh runs"
+    f = det["first"]
+    return (f"determinism: FAILED, {len(det['differing'])} tensor(s) differ; first: {f['tensor']} "
+            f"(node {f['node']}, {f['op_type']})")
+
+
+def range_lines(rc: dict | None) -> list[str]:
+    if not rc:
+        return []
+    out = []
+    if rc["nan_inf"]:
+        o = rc.get("nan_inf_origin")
+        where = f"; starts at {o['tensor']} ({o['op_type']} node {o['node']}) whose inputs are finite" if o else ""
+        out.append(f"range: NaN/Inf in {len(rc['nan_inf'])} tensor(s){where}")
+    else:
+        out.append("range: no NaN/Inf in the baseline")
+    f16 = rc["fp16"]
+    if f16["overflow"]:
+        worst = max(f16["overflow"], key=lambda r: r["abs_max"])
+        out.append(f"fp16 headroom: {len(f16['overflow'])} tensor(s) exceed 65504 "
+                   f"(worst {worst['tensor']}, |x| up to {fmt(worst['abs_max'])}): an FP16 engine will overflow there")
+    elif f16["near_overflow"]:
+        t = f16["tightest"]
+        out.append(f"fp16 headroom: tightest {t['tensor']} at {fmt(t['headroom'])}x below 65504")
+    else:
+        out.append("fp16 headroom: every tensor fits FP16's range with >4x to spare")
+    if f16["underflow"]:
+        out.append(f"fp16 underflow: {len(f16['underflow'])} tensor(s) have >1% of values that round to zero in FP16")
+    if rc["bf16"]["overflow"]:
+        out.append(f"bf16: {len(rc['bf16']['overflow'])} tensor(s) overflow BF16")
+    for v in rc.get("user_ranges", []):
+        out.append(f"range: {v['tensor']} spans [{fmt(v['min'])}, {fmt(v['max'])}] outside {v['range']}")
+    return out
+
+
+def output_line(name: str, o: dict) -> str:
+    m = o["metrics"]
+    mark = "PASS" if o["passed"] else "FAIL"
+    line = (f"  [{mark}] {name}: max_abs {fmt(m['max_abs'])}, mean_abs {fmt(m['mean_abs'])}, "
+            f"max_rel {fmt(m['max_rel'])}, cosine {fmt(m['cosine'], 6)}, snr {fmt(m['snr_db'])} dB")
+    if not o["passed"]:
+        line += f"\n         {o['summary']}"
+    return line
+
+
+def check_text(s: dict) -> str:
+    lines = [
+        f"model: {s['model']['path']} ({s['model']['nodes']} nodes, sha256 {s['model']['sha256'][:12]})",
+        f"session: {s['session']}",
+        f"baseline: {s['baseline']['tensors']} tensors, {_mb(s['baseline']['bytes'])}"
+        + (" (reused)" if s["baseline"]["reused"] else f" in {s['baseline']['groups']} group(s)"),
+        determinism_line(s["determinism"]),
+        *range_lines(s["range_check"]),
+    ]
+    if s.get("config"):
+        c = s["config"]
+        extra = ", ".join(f"{k}={v}" for k, v in (c.get("config_entries") or {}).items())
+        dis = ", ".join(c.get("disabled_optimizers") or [])
+        lines.append(
+            f"fused engine: {s['engine']} level={c['level']} precision={c['precision']}"
+            + (f" config: {extra}" if extra else "") + (f" disabled: {dis}" if dis else "")
+            + f"; {len(s['fused_nodes'])} fused node(s)"
+        )
+        lines.append(f"tolerance: {s['tolerance']['default'].get('name', 'custom')}")
+        for name, o in s["outputs"].items():
+            lines.append(output_line(name, o))
+    lines.append(VERDICT_TEXT[s["verdict"]] + f" (exit {s['exit_code']})")
+    if s["verdict"] == "fail":
+        lines.append("next: run `bisect-tui bisect` with the same options to name the fused op at fault")
+    elif s["verdict"] == "nondeterministic":
+        lines.append("next: " + (s["determinism"].get("advice") or "make the baseline deterministic"))
+    elif s["verdict"] == "nan_inf" and s["range_check"].get("nan_inf_origin"):
+        lines.append("next: " + s["range_check"]["nan_inf_origin"]["advice"])
+    return "\n".join(lines)
+
+
+def _md_table(headers: list[str], rows: list[list[Any]]) -> str:
+    out = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+    for r in rows:
+        out.append("| " + " | ".join(str(c).replace("|", "\\|") for c in r) + " |")
+    return "\n".join(out)
+
+
+def environment_md(s: dict) -> str:
+    v = s.get("versions", {})
+    return "\n".join(f"- {k}: {v[k]}" for k in
+                     ("bisect_tui", "onnxruntime", "onnx", "numpy", "python", "platform", "cpu")
+                     if k in v)
+
+
+def check_markdown(s: dict) -> str:
+    parts = [
+        f"# bisect-tui check: {VERDICT_TEXT[s['verdict']]}",
+        "",
+        f"- model: `{s['model']['path']}` ({s['model']['nodes']} nodes, opset {s['model']['opset']}, "
+        f"sha256 `{s['model']['sha256'][:16]}`)",
+        f"- inputs: {_inputs_md(s['inputs'])}",
+        f"- session directory: `{s['session']}`",
+        "",
+        "## Environment",
+        environment_md(s),
+        "",
+        "## Baseline checks",
+        f"- baseline: {s['baseline']['tensors']} tensors dumped ({_mb(s['baseline']['bytes'])}), "
+        "ORT_DISABLE_ALL, FP32, CPU",
+        f"- {determinism_line(s['determinism'])}",
+        *[f"- {line}" for line in range_lines(s["range_check"])],
+        "",
+    ]
+    if s.get("config"):
+        c = s["config"]
+        parts += [
+            "## Fused engine vs baseline",
+            f"engine `{s['engine']}`, level `{c['level']}`, precision `{c['precision']}`, "
+            f"config `{c.get('config_entries') or {}}`, disabled `{c.get('disabled_optimizers') or []}`",
+            "",
+            _md_table(
+                ["output", "verdict", "max abs", "mean abs", "max rel", "cosine", "SNR dB", "failed criterion"],
+                [[n, "PASS" if o["passed"] else "FAIL", fmt(o["metrics"]["max_abs"]),
+                  fmt(o["metrics"]["mean_abs"]), fmt(o["metrics"]["max_rel"]),
+                  fmt(o["metrics"]["cosine"], 6), fmt(o["metrics"]["snr_db"]),
+                  "" if o["passed"] else o["summary"]] for n, o in s["outputs"].items()],
+            ),
+            "",
+        ]
+        if s["fused_nodes"]:
+            parts += [
+                f"### Fused nodes ({len(s['fused_nodes'])})",
+                _md_table(
+                    ["fused node", "op", "original nodes", "optimizers"],
+                    [[f"`{n['name']}`", n["op_type"], ", ".join(n["original_nodes"]),
+                      ", ".join(n["optimizers"]) or "-"] for n in s["fused_nodes"][:60]],
+                ),
+                "",
+            ]
+    parts.append(f"**Verdict: {s['verdict'].upper()}** (exit code {s['exit_code']})")
+    return "\n".join(parts) + "\n"
+
+
+def _inputs_md(inp: dict) -> str:
+    arrays = ", ".join(f"`{a['name']}` {'x'.join(map(str, a['shape']))} {a['dtype']}" for a in inp.get("arrays", []))
+    if inp.get("kind") == "file":
+        src = f"from file `{inp.get('file')}`"
+    else:
+        src = f"seed {inp.get('seed')}"
+    return f"{arrays}; {inp.get('samples', 1)} sample(s), {src}"
+
+
+BISECT_VERDICT = {
+    "pass": "nothing to find: the fused engine is within tolerance",
+    "culprits": "culprit(s) found",
+    "not_fusion": "the error is not caused by a fusion that marking can switch off",
+    "no_culprit": "no single fused node could be blamed",
+}
+
+
+def culprit_lines(c: dict, i: int) -> list[str]:
+    iso = c["isolated"]
+    lines = [
+        f"culprit {i}: {c['op_type']} '{c['fused_node']}'"
+        + (" (an interaction: these fusions fail only together)" if c["interaction"] else ""),
+        f"  replaces original nodes: {', '.join(c['original_nodes'])}",
+        f"  made by optimizer(s): {', '.join(c['optimizers']) or 'unknown'}"
+        + (" (confirmed: disabling removes the fused node)" if c["attribution"]["confirmed"] else ""),
+    ]
+    for name, o in iso["outputs"].items():
+        fu = o["fused_vs_unfused"]
+        line = f"  in isolation on the baseline's own inputs, {name}: fused vs unfused max_abs {fmt(fu['max_abs'])}"
+        if "fused_vs_truth" in o:
+            line += (f"; vs float64 truth: fused {fmt(o['fused_vs_truth']['max_abs'])}, "
+                     f"unfused FP32 {fmt(o['unfused_vs_truth']['max_abs'])} "
+                     f"({fmt(o['error_ratio'])}x the FP32 error{', fused is worse' if o['fused_worse'] else ''})")
+        lines.append(line)
+    if c["worst_elements"]:
+        w = c["worst_elements"][0]
+        lines.append(f"  worst element {w['index']}: truth {fmt(w['truth'])}, unfused {fmt(w['unfused'])}, "
+                     f"fused {fmt(w['fused'])}")
+    return lines
+
+
+def bisect_text(s: dict) -> str:
+    b = s["bisect"]
+    lines = []
+    lines.append(f"bisection: {BISECT_VERDICT[b['verdict']]} ({b['engine_builds']} engine builds"
+                 + (f", {b['reused_steps']} steps reused" if b.get("reused_steps") else "")
+                 + f", searched at level {b.get('level')}, {len(b.get('units', []))} fused nodes)")
+    for st in b["steps"]:
+        lines.append(f"  {st['n']:>3} {st['kind']:<22} {st['region'][:40]:<40} "
+                     f"{'pass' if st['passed'] else 'FAIL'} x{fmt(st['ratio'])}")
+    for i, c in enumerate(b["culprits"], 1):
+        lines += culprit_lines(c, i)
+    w = b.get("workaround")
+    if w and w.get("kind") == "disable_optimizers":
+        fe = w["full_engine"]
+        lines.append(f"workaround: disable {', '.join(w['disabled_optimizers'])} -> full engine passes "
+                     f"(max_abs {fmt(fe['max_abs'])}); {w['how']}")
+    elif w and w.get("kind") == "mark_outputs":
+        lines.append(f"workaround: {w['how']}")
+    elif w:
+        lines.append(f"workaround: none found ({w['how']})")
+    if b.get("explanation"):
+        lines.append(b["explanation"])
+    return "\n".join(lines)
+
+
+def bisect_markdown(s: dict) -> str:
+    b = s["bisect"]
+    parts = [check_markdown(s).rstrip().rsplit("\n**Verdict", 1)[0], "",
+             f"## Bisection: {BISECT_VERDICT[b['verdict']]}",
+             f"{b['engine_builds']} engine builds, searched at optimization level `{b.get('level')}` "
+             f"over {len(b.get('units', []))} fused nodes.", ""]
+    if b["culprits"]:
+        parts += ["### Culprits", _md_table(
+            ["#", "fused node", "op", "original nodes", "optimizer(s)", "isolated max abs (fused vs unfused)",
+             "error vs float64 (fused / FP32)"],
+            [[i, f"`{c['fused_node']}`", c["op_type"], ", ".join(f"`{n}`" for n in c["original_nodes"]),
+              ", ".join(c["optimizers"]) or "?",
+              fmt(next(iter(c["isolated"]["outputs"].values()))["fused_vs_unfused"]["max_abs"]),
+              _ratio_text(next(iter(c["isolated"]["outputs"].values())))]
+             for i, c in enumerate(b["culprits"], 1)]), ""]
+        for i, c in enumerate(b["culprits"], 1):
+            parts += [f"#### Culprit {i}: evidence in isolation", "```", *culprit_lines(c, i), "```", ""]
+            if c["worst_elements"]:
+                parts += [_md_table(["index", "float64 truth", "unfused FP32", "fused"],
+                                    [[w["index"], fmt(w["truth"], 6), fmt(w["unfused"], 6), fmt(w["fused"], 6)]
+                                     for w in c["worst_elements"]]), ""]
+    if b.get("explanation"):
+        parts += [b["explanation"], ""]
+    parts += ["### Steps", _md_table(
+        ["step", "kind", "region", "marked", "builds", "x tolerance", "max abs", "verdict"],
+        [[st["n"], st["kind"], st["region"], st["marks"], st["builds"], fmt(st["ratio"]), fmt(st["max_abs"]),
+          "pass" if st["passed"] else "FAIL"] for st in b["steps"]]), ""]
+    w = b.get("workaround")
+    if w:
+        parts.append("### Workaround")
+        if w.get("kind") == "disable_optimizers":
+            fe = w["full_engine"]
+            parts.append(f"Disable `{', '.join(w['disabled_optimizers'])}`: the full engine then passes "
+                         f"(max abs {fmt(fe['max_abs'])}, {fe.get('fused_nodes')} fused nodes kept). "
+                         f"`{w['how']}`")
+        else:
+            parts.append(w["how"])
+        parts.append("")
+    parts += ["### How to reproduce", "```",
+              "unzip bundle.zip && python repro/repro.py        # exits 1 while the bug is present",
+              *([f"python repro/repro.py " + " ".join(f"--disable {n}" for n in w["disabled_optimizers"])
+                 + "   # exits 0 with the workaround"] if w and w.get("disabled_optimizers") else []),
+              "```", "", f"**Verdict: {b['verdict']}**"]
+    return "\n".join(parts) + "\n"
+
+
+def _ratio_text(o: dict) -> str:
+    if "error_ratio" not in o:
+        return "-"
+    return f"{fmt(o['fused_vs_truth']['max_abs'])} / {fmt(o['unfused_vs_truth']['max_abs'])} ({fmt(o['error_ratio'])}x)"

@@ -1,0 +1,54 @@
+"""Plain-text progress for the headless commands.
+
+On a terminal: one self-overwriting bar on stderr. Elsewhere (CI logs, pipes):
+one line per stage change at most every few seconds, so logs stay readable.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import TextIO
+
+from bisect_tui.core.cancel import Progress
+
+
+class TextProgress:
+    def __init__(self, stream: TextIO = sys.stderr, enabled: bool = True, width: int = 24):
+        self.stream = stream
+        self.enabled = enabled
+        self.tty = hasattr(stream, "isatty") and stream.isatty()
+        self.width = width
+        self._stage = None
+        self._last = 0.0
+        self._line_len = 0
+
+    def __call__(self, p: Progress) -> None:
+        if not self.enabled:
+            return
+        now = time.monotonic()
+        if self.tty:
+            if p.total:
+                frac = min(max(p.done / p.total, 0.0), 1.0)
+                filled = int(frac * self.width)
+                bar = "#" * filled + "." * (self.width - filled)
+                text = f"[{bar}] {frac * 100:3.0f}% {p.stage}: {p.message}"
+            else:
+                text = f"... {p.stage}: {p.message}"
+            text = text[:118]
+            pad = max(self._line_len - len(text), 0)
+            self.stream.write("\r" + text + " " * pad)
+            self.stream.flush()
+            self._line_len = len(text)
+        elif p.stage != self._stage or now - self._last > 5:
+            done = f" ({p.done:g}/{p.total:g})" if p.total else ""
+            self.stream.write(f"{p.stage}: {p.message}{done}\n")
+            self.stream.flush()
+            self._last = now
+        self._stage = p.stage
+
+    def close(self) -> None:
+        if self.enabled and self.tty and self._line_len:
+            self.stream.write("\r" + " " * self._line_len + "\r")
+            self.stream.flush()
+            self._line_len = 0
