@@ -165,6 +165,55 @@ def test_map_at_basic_leaves_gelu_alone(block, tmp_path):
     assert covered(nodes) == sorted(ALL_NODES)
 
 
+def conv_model(path: Path) -> Path:
+    """Conv+BN+Relu, Conv+Relu, residual Add, Conv: what NCHWc rewrites at level "all"."""
+    rng = np.random.default_rng(0)
+    c = D
+    inits = [
+        numpy_helper.from_array((rng.standard_normal((c, c, 3, 3)) * 0.1).astype(np.float32), f"w{i}")
+        for i in range(3)
+    ]
+    for name, value in (("s", 1.0), ("b", 0.1), ("m", 0.0), ("v", 1.0)):
+        inits.append(numpy_helper.from_array(np.full(c, value, np.float32), name))
+    n = helper.make_node
+    pads = [1, 1, 1, 1]
+    nodes = [
+        n("Conv", ["x", "w0"], ["c0"], name="c0", pads=pads),
+        n("BatchNormalization", ["c0", "s", "b", "m", "v"], ["bn0"], name="bn0"),
+        n("Relu", ["bn0"], ["r0"], name="r0"),
+        n("Conv", ["r0", "w1"], ["c1"], name="c1", pads=pads),
+        n("Relu", ["c1"], ["r1"], name="r1"),
+        n("Add", ["r1", "r0"], ["a"], name="add"),
+        n("Conv", ["a", "w2"], ["y"], name="c2", pads=pads),
+    ]
+    g = helper.make_graph(
+        nodes,
+        "conv",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, c, 8, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, c, 8, 8])],
+        inits,
+    )
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    onnx.save(m, str(path))
+    return path
+
+
+def test_map_stays_fine_grained_through_nchwc_layout(tmp_path):
+    # x86 CPUs get the NCHWc rewrite (nodes named `<tensor>_nchwc` between
+    # ReorderInput/ReorderOutput); elsewhere FusedConv. Either way each conv
+    # pattern is its own fused node, not one blob for the whole trunk.
+    path = conv_model(tmp_path / "conv.onnx")
+    nodes = build(path, tmp_path, level="all").fused_nodes
+    by_first = {f.original_nodes[0]: f.original_nodes for f in nodes if f.original_nodes}
+    assert by_first == {
+        "c0": ["c0", "bn0", "r0"],
+        "c1": ["c1", "r1"],
+        "add": ["add"],
+        "c2": ["c2"],
+    }
+
+
 def test_fused_node_map_on_protos_and_helpers(block, tmp_path):
     built = build(block, tmp_path, level="all")
     original = onnx.load(str(block))

@@ -66,6 +66,45 @@ class TriageOptions:
                 "input_ranges": {k: list(v) for k, v in self.input_ranges.items()}}
 
 
+    def to_dict(self) -> dict:
+        """Everything needed to rerun this triage (saved in session.json for `resume`)."""
+        return {
+            "model": str(Path(self.model).resolve()),
+            "session_dir": str(self.session_dir) if self.session_dir else None,
+            "shapes": self.shapes,
+            "seed": self.seed,
+            "samples": self.samples,
+            "input_file": str(self.input_file) if self.input_file else None,
+            "input_ranges": {k: list(v) for k, v in self.input_ranges.items()},
+            "max_memory": self.max_memory,
+            "engine": self.engine,
+            "config": self.config.to_dict(),
+            "tolerance": self.tolerance.to_dict(),
+            "ranges": [list(r) for r in self.ranges],
+            "check_determinism": self.check_determinism,
+            "topk": self.topk,
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "TriageOptions":
+        return cls(
+            model=Path(d["model"]),
+            session_dir=Path(d["session_dir"]) if d.get("session_dir") else None,
+            shapes={k: list(v) for k, v in (d.get("shapes") or {}).items()},
+            seed=int(d.get("seed", 0)),
+            samples=int(d.get("samples", 1)),
+            input_file=Path(d["input_file"]) if d.get("input_file") else None,
+            input_ranges={k: tuple(v) for k, v in (d.get("input_ranges") or {}).items()},
+            max_memory=int(d.get("max_memory") or 0),
+            engine=d.get("engine", "ort"),
+            config=EngineConfig.from_dict(d.get("config") or {}),
+            tolerance=ToleranceSpec.from_dict(d["tolerance"]) if d.get("tolerance") else parse_tolerance("fp32"),
+            ranges=[tuple(r) for r in d.get("ranges") or []],
+            check_determinism=bool(d.get("check_determinism", True)),
+            topk=d.get("topk"),
+        )
+
+
 def overall_exit(verdict: str) -> ExitCode:
     return {
         "pass": ExitCode.OK,
@@ -127,6 +166,7 @@ class Triage:
         # Validate everything before the first write, so bad input never touches
         # an existing session.
         session.init(info.path, info.sha256, self.opts.input_options())
+        session.update_meta(options={**self.opts.to_dict(), "session_dir": str(session.root)})
         if not session.model_path.exists():
             save_prepared(info, session.model_path)
         if inputs is None:
