@@ -68,7 +68,7 @@ class GraphIndex:
     def build(cls, model: onnx.ModelProto) -> "GraphIndex":
         g = model.graph
         inits = {i.name for i in g.initializer} | {
-            i.name for i in g.sparse_initializer
+            i.values.name for i in g.sparse_initializer
         }
         nodes = toposort(list(g.node), {i.name for i in g.input} | inits)
         producer: dict[str, str] = {}

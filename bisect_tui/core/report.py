@@ -209,6 +209,8 @@ def culprit_lines(c: dict, i: int) -> list[str]:
         f"  made by optimizer(s): {', '.join(c['optimizers']) or 'unknown'}"
         + (" (confirmed: disabling removes the fused node)" if c["attribution"]["confirmed"] else ""),
     ]
+    if iso.get("build_error"):
+        lines.append(f"  in isolation the fused subgraph does not even build: {iso['build_error']}")
     for name, o in iso["outputs"].items():
         fu = o["fused_vs_unfused"]
         line = f"  in isolation on the baseline's own inputs, {name}: fused vs unfused max_abs {fmt(fu['max_abs'])}"
@@ -261,8 +263,7 @@ def bisect_markdown(s: dict) -> str:
              "error vs float64 (fused / FP32)"],
             [[i, f"`{c['fused_node']}`", c["op_type"], ", ".join(f"`{n}`" for n in c["original_nodes"]),
               ", ".join(c["optimizers"]) or "?",
-              fmt(next(iter(c["isolated"]["outputs"].values()))["fused_vs_unfused"]["max_abs"]),
-              _ratio_text(next(iter(c["isolated"]["outputs"].values())))]
+              _iso_abs(c["isolated"]), _ratio_text(next(iter(c["isolated"]["outputs"].values()), {}))]
              for i, c in enumerate(b["culprits"], 1)]), ""]
         for i, c in enumerate(b["culprits"], 1):
             parts += [f"#### Culprit {i}: evidence in isolation", "```", *culprit_lines(c, i), "```", ""]
@@ -299,3 +300,10 @@ def _ratio_text(o: dict) -> str:
     if "error_ratio" not in o:
         return "-"
     return f"{fmt(o['fused_vs_truth']['max_abs'])} / {fmt(o['unfused_vs_truth']['max_abs'])} ({fmt(o['error_ratio'])}x)"
+
+
+def _iso_abs(iso: dict) -> str:
+    if iso.get("build_error"):
+        return "build fails"
+    first = next(iter(iso["outputs"].values()), None)
+    return fmt(first["fused_vs_unfused"]["max_abs"]) if first else "-"

@@ -1,6 +1,6 @@
 """ONNX Runtime as the fused engine.
 
-Why this module looks the way it does (facts in docs/notes on ONNX Runtime):
+Why this module looks the way it does (facts checked in the project notes on ORT):
 
 * ORT refuses to fuse across a graph output, so "marked" tensors are simply
   added to the graph outputs before the session is built.
@@ -27,7 +27,6 @@ import hashlib
 import json
 import os
 import re
-import shutil
 import tempfile
 import uuid
 import weakref
@@ -39,7 +38,14 @@ import numpy as np
 import onnx
 
 from bisect_tui.core.errors import UserError
-from bisect_tui.core.graph import GraphIndex, mark_outputs, name_nodes, node_inputs, tensor_types, toposort
+from bisect_tui.core.graph import (
+    GraphIndex,
+    mark_outputs,
+    name_nodes,
+    node_inputs,
+    tensor_types,
+    toposort,
+)
 from bisect_tui.engines.base import LEVELS, PRECISIONS, EngineConfig, FusedNode
 
 # Words ORT's optimizer names end with. Both the native-library scan and the
@@ -310,7 +316,7 @@ def fused_node_map(
         return survivor_alias.get(t)
 
     available = {i.name for i in g.input} | {i.name for i in g.initializer} | {
-        i.name for i in g.sparse_initializer
+        i.values.name for i in g.sparse_initializer
     }
     nodes = toposort(list(g.node), available)
     producer: dict[str, int] = {}
@@ -435,7 +441,7 @@ def _file_hash(path: Path) -> str:
 
 
 def _tensor_bytes(t: onnx.TensorProto) -> int:
-    if t.HasField("raw_data") or t.raw_data:
+    if t.raw_data:
         return len(t.raw_data)
     n = 1
     for d in t.dims:
@@ -529,14 +535,14 @@ def _validate(config: EngineConfig) -> None:
         )
 
 
-def _fp16_model(model_path: Path, workdir: Path) -> tuple[onnx.ModelProto, Path]:
+def _fp16_model_path(model_path: Path, workdir: Path) -> Path:
     """The fp16 conversion of `model_path`, cached in workdir by source hash.
 
     Conversion is deterministic but not free on big models and a bisection
     builds dozens of engines from the same source, so convert once."""
     cached = workdir / f"fp16_{_file_hash(model_path)}.onnx"
     if cached.exists():
-        return _load(cached), cached
+        return cached
     from onnxruntime.transformers.float16 import convert_float_to_float16
 
     model = _load(model_path)
@@ -544,10 +550,8 @@ def _fp16_model(model_path: Path, workdir: Path) -> tuple[onnx.ModelProto, Path]
         converted = convert_float_to_float16(model, keep_io_types=True)
     except Exception as e:  # the converter asserts on models it cannot handle
         raise UserError(f"could not convert the model to fp16: {_first_line(e)}") from None
-    copy = onnx.ModelProto()
-    copy.CopyFrom(converted)  # _save_model may move weights out of the proto
-    _save_model(copy, cached)
-    return converted, cached
+    _save_model(converted, cached)
+    return cached
 
 
 def _existing_tensors(model: onnx.ModelProto) -> set[str]:
@@ -664,10 +668,8 @@ class OrtEngine:
         key = hashlib.sha1(key_blob).hexdigest()[:12]
 
         unmarkable: list[str] = []
-        if config.precision == "fp16":
-            model, base_path = _fp16_model(model_path, workdir)
-        else:
-            model, base_path = (_load(model_path) if marked else None), model_path
+        base_path = _fp16_model_path(model_path, workdir) if config.precision == "fp16" else model_path
+        model = _load(base_path) if marked else None
         markable: list[str] = []
         if marked and model is not None:
             existing = _existing_tensors(model)

@@ -14,6 +14,7 @@ import re
 from typing import Optional
 
 from bisect_tui.core.bisect.units import Unit, marks_for
+from bisect_tui.core.errors import UserError
 
 _CAMEL = re.compile(r"[A-Z][a-z0-9]+|[A-Z]+(?![a-z])")
 
@@ -35,11 +36,22 @@ def candidate_optimizers(units: list[Unit], known: set[str]) -> list[str]:
 
 
 def _culprit_present(fused, units: list[Unit]) -> Optional[str]:
-    """The op type still producing the culprit's outputs as a fused node, if any."""
-    outs = {t for u in units for t in u.outputs}
+    """The op type of a fused node that still swallows the culprit's nodes, if any.
+
+    Matched by the original nodes covered, not by output tensor names: engines
+    rename outputs (fp16 casts, layout rewrites)."""
     ops = {u.op_type for u in units}
+    covered = {n for u in units for n in u.original_nodes}
     for f in fused:
-        if f.is_fused and outs & set(f.outputs) and f.op_type in ops:
+        if f.is_fused and f.op_type in ops and covered & set(f.original_nodes):
+            return f.op_type
+    return None
+
+
+def _now_made_by(fused, units: list[Unit]) -> Optional[str]:
+    last = units[-1].original_nodes[-1]
+    for f in fused:
+        if last in f.original_nodes:
             return f.op_type
     return None
 
@@ -53,19 +65,20 @@ def attribute(bisector, units: list[Unit]) -> dict:
     for name in cands:
         bisector.t.cancel.check()
         cfg = bisector.config.with_disabled([name])
-        built = engine.build(bisector.session.model_path, cfg, (), None)
+        bisector.builds += 1
+        try:
+            built = engine.build(bisector.session.model_path, cfg, (), None)
+        except UserError as exc:
+            rows.append({"optimizer": name, "known_to_engine": name in known,
+                         "culprit_gone_when_disabled": None, "output_now_made_by": None,
+                         "error": str(exc)})
+            continue
         try:
             fused = built.fused_nodes
         finally:
             built.close()
-        bisector.builds += 1
-        still = _culprit_present(fused, units)
-        replaced = None
-        outs = set(units[-1].outputs)
-        for f in fused:
-            if outs & set(f.outputs):
-                replaced = f.op_type
-        gone = still is None
+        gone = _culprit_present(fused, units) is None
+        replaced = _now_made_by(fused, units)
         rows.append({"optimizer": name, "known_to_engine": name in known,
                      "culprit_gone_when_disabled": gone, "output_now_made_by": replaced})
         if gone:

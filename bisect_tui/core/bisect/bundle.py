@@ -93,7 +93,11 @@ def main():
     disabled = list(CONFIG["disabled_optimizers"]) + args.disable
     inputs = np.load(os.path.join(HERE, "inputs.npz"))
     expected = np.load(os.path.join(HERE, "expected.npz"))
-    sess = session(disabled)
+    try:
+        sess = session(disabled)
+    except Exception as exc:  # the fused engine does not even build: the bug is present
+        print("the fused engine failed to build: %s" % str(exc).splitlines()[0])
+        return 1
     names = list(expected.files)
     broken = False
     samples = next(iter(inputs.values())).shape[0]

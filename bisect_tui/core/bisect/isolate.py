@@ -20,6 +20,7 @@ from onnx import TensorProto, helper, numpy_helper
 from bisect_tui.core import atomic
 from bisect_tui.core.baseline import load_tensor, manifest_index
 from bisect_tui.core.bisect.units import Unit
+from bisect_tui.core.errors import UserError
 from bisect_tui.core.graph import node_inputs
 from bisect_tui.core.metrics import compare
 from bisect_tui.core.runner import make_session
@@ -149,18 +150,35 @@ def isolate(triage, units: list[Unit], config, out_dir: Path) -> dict:
     stacked = {i: np.asarray(feed_array(i)) for i in sub_inputs}
     samples = triage.inputs.samples
     unfused_sess = make_session(sub, "disable")
-    built = triage.engine.build(sub_path, config, (), None)
+    res_unfused, res_truth = [], []
+    truth_how = ""
+    for k in range(samples):
+        feeds = {i: np.ascontiguousarray(a[k]) for i, a in stacked.items()}
+        names = [o.name for o in unfused_sess.get_outputs()]
+        res_unfused.append(dict(zip(names, unfused_sess.run(names, feeds))))
+        truth, truth_how = float64_truth(sub, feeds)
+        res_truth.append(truth)
+    atomic.save_npz(out_dir / "inputs.npz", stacked)
+    atomic.save_npz(out_dir / "expected.npz", {o: np.stack([r[o] for r in res_unfused]) for o in outputs})
+    if all(res_truth):
+        atomic.save_npz(out_dir / "truth_float64.npz", {o: np.stack([r[o] for r in res_truth]) for o in outputs})
+    base = {
+        "subgraph": str(sub_path),
+        "subgraph_inputs": sub_inputs,
+        "subgraph_outputs": outputs,
+        "nodes": node_names,
+        "truth": truth_how,
+    }
+    try:
+        built = triage.engine.build(sub_path, config, (), None)
+    except UserError as exc:
+        # The subgraph alone does not even build fused: that is the evidence.
+        return {**base, "fused_in_isolation": [], "build_error": str(exc), "reproduces": True,
+                "fused_worse_than_fp32": None, "outputs": {}}
     try:
         fused_map = [f.to_dict() for f in built.fused_nodes if f.is_fused]
-        res_unfused, res_fused, res_truth = [], [], []
-        truth_how = ""
-        for k in range(samples):
-            feeds = {i: np.ascontiguousarray(a[k]) for i, a in stacked.items()}
-            names = [o.name for o in unfused_sess.get_outputs()]
-            res_unfused.append(dict(zip(names, unfused_sess.run(names, feeds))))
-            res_fused.append(built.run(feeds))
-            truth, truth_how = float64_truth(sub, feeds)
-            res_truth.append(truth)
+        res_fused = [built.run({i: np.ascontiguousarray(a[k]) for i, a in stacked.items()})
+                     for k in range(samples)]
     finally:
         built.close()
     tol = triage.opts.tolerance.default
@@ -189,18 +207,9 @@ def isolate(triage, units: list[Unit], config, out_dir: Path) -> dict:
             worse |= row["fused_worse"]
         reproduces |= row["breaks_tolerance"]
         per_output[o] = row
-    # the fused run's data the bundle needs
-    atomic.save_npz(out_dir / "inputs.npz", stacked)
-    atomic.save_npz(out_dir / "expected.npz", {o: np.stack([r[o] for r in res_unfused]) for o in outputs})
-    if all(res_truth):
-        atomic.save_npz(out_dir / "truth_float64.npz", {o: np.stack([r[o] for r in res_truth]) for o in outputs})
     return {
-        "subgraph": str(sub_path),
-        "subgraph_inputs": sub_inputs,
-        "subgraph_outputs": outputs,
-        "nodes": node_names,
+        **base,
         "fused_in_isolation": fused_map,
-        "truth": truth_how,
         "reproduces": reproduces,
         "fused_worse_than_fp32": worse,
         "outputs": per_output,

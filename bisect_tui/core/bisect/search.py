@@ -34,6 +34,7 @@ from bisect_tui.core.baseline import load_tensor
 from bisect_tui.core.bisect.judge import Judgement, OutputJudge
 from bisect_tui.core.bisect.units import Unit, build_units, marks_for, region_text
 from bisect_tui.core.cancel import Progress
+from bisect_tui.core.errors import UserError
 from bisect_tui.core.session import now_iso, stable_key
 from bisect_tui.engines.base import LEVELS, EngineConfig
 
@@ -154,17 +155,23 @@ class Bisector:
         if self.builds >= self.max_builds:
             raise BuildBudgetExceeded(self.max_builds)
         t0 = time.perf_counter()
-        built = self.engine.build(self.session.model_path, config, marks, None)
+        fused_count = None
         try:
-            per_sample = [built.run(self.t.inputs.feeds(k)) for k in range(self.t.inputs.samples)]
-            fused_count = None
+            built = self.engine.build(self.session.model_path, config, marks, None)
+        except UserError as exc:
+            # An engine that cannot even be built with this region enabled is
+            # broken by it: the step fails, and the message says why.
+            j = Judgement(False, math.inf, None, math.nan, f"engine build failed: {exc}", {})
+        else:
             try:
-                fused_count = sum(1 for n in built.fused_nodes if n.is_fused)
-            except Exception:
-                fused_count = None
-        finally:
-            built.close()
-        j: Judgement = self.judge.judge(per_sample)
+                per_sample = [built.run(self.t.inputs.feeds(k)) for k in range(self.t.inputs.samples)]
+                try:
+                    fused_count = sum(1 for n in built.fused_nodes if n.is_fused)
+                except Exception:  # the map is informative only; never fail a step on it
+                    fused_count = None
+            finally:
+                built.close()
+            j = self.judge.judge(per_sample)
         self.builds += 1
         step = Step(
             n=len(self.steps) + 1, kind=kind, region=region, enabled=ids,

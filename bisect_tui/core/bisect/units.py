@@ -46,12 +46,20 @@ def build_units(fused: Iterable[FusedNode], index: GraphIndex) -> list[Unit]:
     """Fused nodes -> units in topological order of their last original node."""
     units: list[Unit] = []
     original_tensors = set(index.producer)
+    graph_outputs = set(index.graph_outputs)
     for fn in fused:
         if not fn.is_fused or not fn.original_nodes:
             continue
-        outs = [t for t in fn.outputs if t in original_tensors]
         covered = [n for n in fn.original_nodes if n in index.by_name]
+        inside = set(covered)
         produced = [t for n in covered for t in index.by_name[n].output if t]
+        # The pattern's outputs are what leaves it (consumed outside, or a graph
+        # output), which holds even when the engine renamed the fused node's
+        # output tensors (fp16 casts, layout rewrites).
+        outs = [t for t in produced
+                if t in graph_outputs or any(c not in inside for c in index.consumers.get(t, []))]
+        if not outs:
+            outs = [t for t in fn.outputs if t in original_tensors]
         interior = [t for t in produced if t not in outs]
         units.append(
             Unit(
