@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import TextIO
+from typing import Optional, TextIO
 
 from bisect_tui.core.cancel import Progress
 
 
 class TextProgress:
-    def __init__(self, stream: TextIO = sys.stderr, enabled: bool = True, width: int = 24):
+    def __init__(self, stream: Optional[TextIO] = None, enabled: bool = True, width: int = 24):
+        stream = stream if stream is not None else sys.stderr  # looked up now: tests swap it
         self.stream = stream
         self.enabled = enabled
         self.tty = hasattr(stream, "isatty") and stream.isatty()

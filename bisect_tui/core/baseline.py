@@ -195,7 +195,7 @@ def run_baseline(
     sizes, types = estimate_sizes(info.model, shapes, tensors)
     # Budget for activations: what is left after the weights (held once by the
     # session, once by our copy of the model proto).
-    act_budget = max(max_memory - 2 * info.initializer_bytes, 16 * MB)
+    act_budget = max(max_memory - 2 * info.initializer_bytes, 1)
     groups = plan_groups(todo, sizes, act_budget)
     written = {"bytes": sum(e["bytes"] for e in done.values())}
 

@@ -56,7 +56,7 @@ def check_determinism(
     t0 = time.perf_counter()
     tensors = [e["tensor"] for e in manifest["tensors"]]
     sizes, types = estimate_sizes(info.model, shapes, tensors)
-    groups = plan_groups(tensors, sizes, max(max_memory - 2 * info.initializer_bytes, 16 << 20))
+    groups = plan_groups(tensors, sizes, max(max_memory - 2 * info.initializer_bytes, 1))
     sink = _HashSink()
 
     def relay(p: Progress) -> None:

@@ -1,0 +1,134 @@
+"""The headless CLI: exit codes, one-line errors, JSON contract, nothing lost on bad input."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+
+from bisect_tui.cli import main
+
+from conftest import REPO, make_model, vi
+
+GELU = ["--ort-config", "optimization.enable_gelu_approximation=1"]
+
+
+def run(argv, capsys):
+    code = main([str(a) for a in argv])
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def snapshot(d: Path) -> dict:
+    return {p.relative_to(d).as_posix(): p.stat().st_mtime_ns for p in d.rglob("*") if p.is_file()}
+
+
+def test_help_is_fast_and_lists_exit_codes():
+    out = subprocess.run([sys.executable, "-m", "bisect_tui", "check", "--help"],
+                         capture_output=True, text=True, cwd=REPO)
+    assert out.returncode == 0
+    assert "3 baseline not deterministic" in out.stdout and "--ort-config" in out.stdout
+
+
+def test_check_passes_then_fails_with_gelu_approximation(samples, tmp_path, capsys):
+    model = samples / "transformer_block.onnx"
+    sess = tmp_path / "s"
+    code, out, _ = run(["check", model, "--session", sess, "--json", tmp_path / "ok.json", "-q"], capsys)
+    assert code == 0, out
+    ok = json.loads((tmp_path / "ok.json").read_text())
+    assert ok["verdict"] == "pass" and ok["exit_code"] == 0
+    (name, o), = ok["outputs"].items()
+    assert o["passed"] and o["metrics"]["max_abs"] < 1e-5
+    assert ok["determinism"]["deterministic"] is True
+    assert {"verdict", "outputs", "determinism", "range_check", "fused_nodes", "versions"} <= set(ok)
+    ops = {n["op_type"] for n in ok["fused_nodes"]}
+    assert {"Gemm", "Gelu", "SkipLayerNormalization"} <= ops
+    gelu = next(n for n in ok["fused_nodes"] if n["op_type"] == "Gelu")
+    assert gelu["original_nodes"] == ["mlp/gelu/div", "mlp/gelu/erf", "mlp/gelu/add_one",
+                                      "mlp/gelu/mul_x", "mlp/gelu/mul_half"]
+
+    code, out, _ = run(["check", model, "--session", sess, *GELU, "--json", tmp_path / "bad.json",
+                        "--report", tmp_path / "bad.md", "-q"], capsys)
+    assert code == 1
+    bad = json.loads((tmp_path / "bad.json").read_text())
+    assert bad["verdict"] == "fail" and bad["failing_outputs"] == [name]
+    failed = bad["outputs"][name]["verdict"]["failed"]
+    assert "atol/rtol" in failed
+    assert 1e-3 < bad["outputs"][name]["metrics"]["max_abs"] < 1e-2
+    assert "FAIL" in out and "atol/rtol" in out
+    md = (tmp_path / "bad.md").read_text()
+    assert "| " + name in md and "FAIL" in md
+    assert bad["baseline"]["reused"] is True  # the second check reused the dump
+
+
+def test_presets_decide_the_verdict(samples, tmp_path, capsys):
+    model = samples / "transformer_block.onnx"
+    # the same gelu error passes the looser 'article' preset (MAE < 1e-3, rel < 1%, cos > 0.99)
+    code, out, _ = run(["check", model, "--session", tmp_path / "s", *GELU, "--preset", "article", "-q"], capsys)
+    assert code == 0, out
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["check", "{tmp}/missing.onnx"], "model file not found"),
+        (["check", "{tmp}/text.onnx"], "not an ONNX model"),
+        (["check", "{tmp}/dyn.onnx"], "dynamic dim 'batch'"),
+        (["check", "{model}", "--input", "{tmp}/wrong_dtype.npy"], "is float64, the model expects float32"),
+        (["check", "{model}", "--input", "{tmp}/wrong_shape.npy"], "the model expects 1x16x64"),
+        (["check", "{model}", "--disable", "GeluAproximation"], "did you mean GeluApproximation"),
+        (["check", "{model}", "--preset", "fp33"], "unknown tolerance preset"),
+        (["check", "{model}", "--ort-config", "novalue"], "expected KEY=VALUE"),
+        (["check", "{model}", "--max-memory", "lots"], "bad memory size"),
+    ],
+)
+def test_bad_input_one_line_exit_2_and_session_untouched(samples, tmp_path, capsys, argv, message):
+    model = samples / "transformer_block.onnx"
+    (tmp_path / "text.onnx").write_text("definitely not onnx")
+    onnx.save(make_model([onnx.helper.make_node("Relu", ["x"], ["y"], name="r")],
+                         [vi("x", ["batch", 4])], [vi("y", ["batch", 4])]), tmp_path / "dyn.onnx")
+    np.save(tmp_path / "wrong_dtype.npy", np.zeros((1, 16, 64)))
+    np.save(tmp_path / "wrong_shape.npy", np.zeros((1, 16, 32), np.float32))
+    sess = tmp_path / "session"
+    assert run(["check", model, "--session", sess, "-q"], capsys)[0] == 0
+    before = snapshot(sess)
+    argv = [a.format(tmp=tmp_path, model=model) for a in argv]
+    code, out, err = run([*argv, "--session", sess, "-q"], capsys)
+    assert code == 2
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0], err
+    assert "Traceback" not in err + out
+    after = snapshot(sess)
+    assert {k: v for k, v in after.items() if k in before} == before  # nothing lost or rewritten
+
+
+def test_bad_input_has_no_traceback_in_a_real_process(tmp_path):
+    (tmp_path / "x.onnx").write_bytes(b"\x00\x01garbage")
+    out = subprocess.run([sys.executable, "-m", "bisect_tui", "check", str(tmp_path / "x.onnx")],
+                         capture_output=True, text=True, cwd=tmp_path)
+    assert out.returncode == 2
+    assert out.stderr.splitlines()[-1].startswith("bisect-tui: error: not an ONNX model")
+    assert "Traceback" not in out.stderr
+    assert not (tmp_path / "bisect-sessions").exists()
+
+
+def test_nan_in_baseline_exits_4(tmp_path, capsys):
+    nodes = [onnx.helper.make_node("Log", ["x"], ["y"], name="log")]
+    p = tmp_path / "log.onnx"
+    onnx.save(make_model(nodes, [vi("x", [64])], [vi("y", [64])]), p)  # log of negative normals
+    code, out, _ = run(["check", p, "--session", tmp_path / "s", "-q"], capsys)
+    assert code == 4
+    assert "NaN/Inf" in out and "log" in out
+
+
+def test_other_session_model_is_refused(samples, tmp_path, capsys):
+    sess = tmp_path / "s"
+    assert run(["check", samples / "cnn.onnx", "--session", sess, "-q"], capsys)[0] == 0
+    code, _, err = run(["check", samples / "transformer_block.onnx", "--session", sess, "-q"], capsys)
+    assert code == 2 and "another model" in err
