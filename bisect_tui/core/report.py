@@ -230,7 +230,7 @@ def bisect_text(s: dict) -> str:
     b = s["bisect"]
     lines = []
     lines.append(f"bisection: {BISECT_VERDICT[b['verdict']]} ({b['engine_builds']} engine builds"
-                 + (f", {b['reused_steps']} steps reused" if b.get("reused_steps") else "")
+                 + (f" this run, {b['reused_steps']} steps reused from the session" if b.get("reused_steps") else "")
                  + f", searched at level {b.get('level')}, {len(b.get('units', []))} fused nodes)")
     for st in b["steps"]:
         lines.append(f"  {st['n']:>3} {st['kind']:<22} {st['region'][:40]:<40} "

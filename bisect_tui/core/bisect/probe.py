@@ -67,18 +67,13 @@ def run_probe(triage, optimized_path: str, units: list[Unit], tolerance=None) ->
     errors = sink.errors
     order = {t: i for i, t in enumerate(triage.info.index.intermediate_tensors())}
     graph_inputs = set(triage.info.index.graph_inputs) | triage.info.index.initializers
-    by_out = {n.output[0]: n for n in optimized.graph.node if n.output}
     unit_rows = []
     for u in units:
         out_ratio = max((errors[t]["ratio"] for t in u.outputs if t in errors), default=None)
-        fnode = None
-        for t in u.outputs:
-            if t in by_out:
-                fnode = by_out[t]
-                break
-        ins = [i for i in (fnode.input if fnode is not None else []) if i]
-        in_ratios = [errors[i]["ratio"] for i in ins if i in errors]
-        in_ratio = max(in_ratios, default=0.0 if all(i in graph_inputs or i not in idx for i in ins) else None)
+        # Error arriving at the pattern: its original input tensors. A graph
+        # input carries none; an input fused away elsewhere cannot be observed.
+        in_ratios = [0.0 if i in graph_inputs else errors.get(i, {}).get("ratio") for i in u.inputs]
+        in_ratio = None if any(r is None for r in in_ratios) else max(in_ratios, default=0.0)
         if out_ratio is None:
             cls = "unknown"
         elif out_ratio <= 1:

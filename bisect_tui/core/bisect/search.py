@@ -214,6 +214,7 @@ class Bisector:
         workdir = self.session.engines_dir / f"{self.t.opts.engine}-{cfg.key()}"
         workdir.mkdir(parents=True, exist_ok=True)
         built = self.engine.build(self.session.model_path, cfg, (), workdir)
+        self.builds += 1
         try:
             fused = built.fused_nodes
             opt = str(built.optimized_model_path) if built.optimized_model_path else None

@@ -26,6 +26,7 @@ class Unit:
     outputs: list[str]  # original tensors the fused node produces
     interior: list[str] = field(default_factory=list)  # tensors whose marking blocks it
     domain: str = ""
+    inputs: list[str] = field(default_factory=list)  # original tensors flowing into the pattern
 
     @property
     def blockable(self) -> bool:
@@ -61,6 +62,11 @@ def build_units(fused: Iterable[FusedNode], index: GraphIndex) -> list[Unit]:
         if not outs:
             outs = [t for t in fn.outputs if t in original_tensors]
         interior = [t for t in produced if t not in outs]
+        ins: list[str] = []
+        for n in covered:
+            for i in index.by_name[n].input:
+                if i and i not in produced and i not in index.initializers and i not in ins:
+                    ins.append(i)
         units.append(
             Unit(
                 index=0,
@@ -71,6 +77,7 @@ def build_units(fused: Iterable[FusedNode], index: GraphIndex) -> list[Unit]:
                 outputs=outs,
                 interior=interior,
                 domain=fn.domain,
+                inputs=ins,
             )
         )
     units.sort(key=lambda u: max(index.order.get(n, 0) for n in u.original_nodes))
