@@ -63,6 +63,8 @@ def _add_model_options(p: argparse.ArgumentParser) -> None:
     t.add_argument("--tol", action="append", default=[], metavar="OUTPUT:CRIT=V,...",
                    help="per-output tolerance, e.g. logits:atol=1e-3,min_cosine=0.999")
     t.add_argument("--topk", type=int, help="also compare top-k agreement along the last axis")
+    t.add_argument("--outputs-only", action="store_true",
+                   help="compare final outputs only (skip the per-tensor comparison of the fused graph)")
     o = p.add_argument_group("output")
     o.add_argument("--json", type=Path, metavar="FILE", help="write the result as JSON")
     o.add_argument("--report", type=Path, metavar="FILE.md", help="write a Markdown report")
@@ -154,6 +156,7 @@ def options_from_args(args: argparse.Namespace):
         ranges=parse_ranges(args.range),
         check_determinism=not args.no_determinism,
         topk=args.topk,
+        compare_tensors=not args.outputs_only,
     )
 
 
@@ -174,8 +177,22 @@ def cmd_check(args: argparse.Namespace) -> int:
     if args.json:
         atomic.write_json(args.json, summary)
     if args.report:
+        from bisect_tui.core.plots import write_plots
+
+        plots = write_plots(triage.session.path("plots"), summary["outputs"])
+        base = Path(args.report).resolve().parent
+        summary["plots"] = {k: _relative(Path(v), base) for k, v in plots.items()}
         atomic.write_text(args.report, check_markdown(summary))
     return summary["exit_code"]
+
+
+def _relative(path: Path, base: Path) -> str:
+    import os
+
+    try:
+        return os.path.relpath(path, base)
+    except ValueError:  # another drive on Windows
+        return str(path)
 
 
 def cmd_bisect(args: argparse.Namespace) -> int:

@@ -54,6 +54,7 @@ class TriageOptions:
     ranges: list[tuple[str, float, float]] = field(default_factory=list)
     check_determinism: bool = True
     topk: Optional[int] = None
+    compare_tensors: bool = True  # also compare every tensor the fused graph keeps
 
     def input_options(self) -> dict:
         if self.input_file:
@@ -83,6 +84,7 @@ class TriageOptions:
             "ranges": [list(r) for r in self.ranges],
             "check_determinism": self.check_determinism,
             "topk": self.topk,
+            "compare_tensors": self.compare_tensors,
         }
 
     @classmethod
@@ -102,6 +104,7 @@ class TriageOptions:
             ranges=[tuple(r) for r in d.get("ranges") or []],
             check_determinism=bool(d.get("check_determinism", True)),
             topk=d.get("topk"),
+            compare_tensors=bool(d.get("compare_tensors", True)),
         )
 
 
@@ -250,7 +253,7 @@ class Triage:
             self.run_baseline()
         assert self.info and self.session and self.inputs and self.baseline
         config = config or self.opts.config
-        key = stable_key("fused/v1", self.baseline.manifest["key"], self.opts.engine,
+        key = stable_key("fused/v2", self.baseline.manifest["key"], self.opts.engine, self.opts.compare_tensors,
                          config.to_dict(), self.opts.tolerance.to_dict(), self.opts.topk)
         cached = self.session.read_json("check.json")
         if cached and cached.get("key") == key:
@@ -287,6 +290,15 @@ class Triage:
                              "summary": verdict.summary()}
         passed = all(o["passed"] for o in outputs.values())
         fused_only = [n for n in fused_nodes if n["is_fused"]]
+        shared = None
+        if self.opts.compare_tensors and optimized:
+            # Tensors the fused graph still has are compared through its saved
+            # graph run unfused (the same values, without undoing any fusion).
+            from bisect_tui.core.bisect.probe import run_probe
+
+            probe = run_probe(self, optimized, [])
+            shared = {k: probe[k] for k in ("tensors_compared", "first_failing_tensor", "worst_tensors")}
+            shared["failing"] = probe["failing_count"]
         result = {
             "key": key,
             "checked_at": now_iso(),
@@ -296,6 +308,7 @@ class Triage:
             "outputs": outputs,
             "failing_outputs": [n for n, o in outputs.items() if not o["passed"]],
             "fused_nodes": fused_only,
+            "shared_tensors": shared,
             "optimized_nodes": len(fused_nodes),
             "original_nodes": self.info.node_count,
             "optimized_model": optimized,
@@ -351,6 +364,7 @@ class Triage:
             "outputs": self.fused["outputs"] if self.fused else {},
             "failing_outputs": self.fused["failing_outputs"] if self.fused else [],
             "fused_nodes": self.fused["fused_nodes"] if self.fused else [],
+            "shared_tensors": self.fused.get("shared_tensors") if self.fused else None,
             "versions": {**versions(), **get_engine(self.opts.engine).versions()},
         }
         self.session.write_json("report.json", out)

@@ -110,6 +110,15 @@ def check_text(s: dict) -> str:
         lines.append(f"tolerance: {s['tolerance']['default'].get('name', 'custom')}")
         for name, o in s["outputs"].items():
             lines.append(output_line(name, o))
+        sh = s.get("shared_tensors")
+        if sh:
+            if sh["first_failing_tensor"]:
+                first = sh["first_failing_tensor"]
+                maker = next((f"{n['op_type']} '{n['name']}'" for n in s["fused_nodes"] if first in n["outputs"]), None)
+                lines.append(f"tensors inside the fused graph: {sh['failing']} of {sh['tensors_compared']} "
+                             f"out of tolerance, first: {first}" + (f" (made by fused {maker})" if maker else ""))
+            else:
+                lines.append(f"tensors inside the fused graph: all {sh['tensors_compared']} within tolerance")
     lines.append(VERDICT_TEXT[s["verdict"]] + f" (exit {s['exit_code']})")
     if s["verdict"] == "fail":
         lines.append("next: run `bisect-tui bisect` with the same options to name the fused op at fault")
@@ -169,6 +178,8 @@ def check_markdown(s: dict) -> str:
             ),
             "",
         ]
+        for name, path in (s.get("plots") or {}).items():
+            parts += [f"![{name}: baseline vs fused values and error]({path})", ""]
         if s["fused_nodes"]:
             parts += [
                 f"### Fused nodes ({len(s['fused_nodes'])})",

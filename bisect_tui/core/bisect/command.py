@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from bisect_tui import __version__
 from bisect_tui.core import atomic
 from bisect_tui.core.errors import ExitCode
@@ -29,7 +31,11 @@ def run_bisect_command(args, opts) -> int:
         result = run_bisection(triage, max_builds=getattr(args, "max_builds", 200))
     finally:
         progress.close()
-    full = {**summary, "bisect": result}
+    from bisect_tui.core.plots import write_plots
+
+    plots = write_plots(triage.session.path("plots"), summary["outputs"])
+    full = {**summary, "bisect": result,
+            "plots": {k: str(Path(v).relative_to(triage.session.root)) for k, v in plots.items()}}
     md = bisect_markdown(full)
     print(bisect_text(full))
     session = triage.session

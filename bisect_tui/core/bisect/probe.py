@@ -98,6 +98,7 @@ def run_probe(triage, optimized_path: str, units: list[Unit], tolerance=None) ->
     worst = sorted(errors.items(), key=lambda kv: -kv[1]["ratio"])[:20]
     return {
         "tensors_compared": len(errors),
+        "failing_count": sum(1 for e in errors.values() if not e["passed"]),
         "first_failing_tensor": first_bad,
         "units": unit_rows,
         "suspects": suspects,

@@ -1,0 +1,100 @@
+"""Messages the engine worker threads post to the app.
+
+The worker threads never touch widgets: they post these (``post_message`` is
+thread-safe) and the UI thread renders them. Progress is coalesced: a pending
+``EngineProgress`` is dropped when a newer one of the same stage is queued
+right behind it, so a flood of progress never backs up the UI.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from textual.message import Message
+
+
+class EngineProgress(Message):
+    """Progress of the running step (replaceable by newer progress of the same stage)."""
+
+    def __init__(self, stage: str, text: str, done: float = 0, total: Optional[float] = None,
+                 data: Optional[dict] = None) -> None:
+        super().__init__()
+        self.stage = stage
+        self.text = text
+        self.done = done
+        self.total = total
+        self.data = data or {}
+
+    def can_replace(self, message: Message) -> bool:
+        return isinstance(message, EngineProgress) and message.stage == self.stage
+
+
+class StepStarted(Message):
+    def __init__(self, step: str) -> None:
+        super().__init__()
+        self.step = step
+
+
+class StepFinished(Message):
+    """A checklist step finished: its state and what the core returned."""
+
+    def __init__(self, step: str, state: str, payload: dict[str, Any]) -> None:
+        super().__init__()
+        self.step = step
+        self.state = state
+        self.payload = payload
+
+
+class StepStopped(Message):
+    """A step did not finish: cancelled, or a one-line error."""
+
+    def __init__(self, step: Optional[str], reason: str, text: str) -> None:
+        super().__init__()
+        self.step = step
+        self.reason = reason  # "cancelled" | "error" | "halt"
+        self.text = text
+
+
+class BisectStarted(Message):
+    pass
+
+
+class BisectStep(Message):
+    """One step of the search (never coalesced: every row of the table matters)."""
+
+    def __init__(self, step: dict) -> None:
+        super().__init__()
+        self.step = step
+
+
+class BisectFinished(Message):
+    def __init__(self, result: dict, summary: Optional[dict], loaded: bool = False) -> None:
+        super().__init__()
+        self.result = result
+        self.summary = summary
+        self.loaded = loaded  # read back from the session, not run now
+
+
+class BisectInterrupted(Message):
+    """Resume found a bisection that stopped before it finished."""
+
+    def __init__(self, recorded: int) -> None:
+        super().__init__()
+        self.recorded = recorded
+
+
+class ExportDone(Message):
+    def __init__(self, paths: dict[str, str], markdown: str, copy: bool) -> None:
+        super().__init__()
+        self.paths = paths
+        self.markdown = markdown
+        self.copy = copy
+
+
+class WorkDone(Message):
+    """Posted last by every engine worker, whatever happened: the UI is free again."""
+
+    def __init__(self, kind: str, outcome: str) -> None:
+        super().__init__()
+        self.kind = kind
+        self.outcome = outcome

@@ -1,0 +1,106 @@
+"""What the app knows about the triage it shows: plain data, owned by the UI thread.
+
+Workers post messages; the app's handlers update this state; screens render
+from it. Nothing here runs engine work.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+from bisect_tui.core.pipeline import TriageOptions
+from bisect_tui.tui.texts import STEP_IDS
+
+ENGINE_STEPS = ("inputs", "baseline", "determinism", "range_check", "fused")
+FINAL = ("passed", "failed", "skipped")
+
+
+@dataclass
+class BisectView:
+    status: str = "idle"  # idle | running | cancelled | finished | interrupted | error
+    steps: list[dict] = field(default_factory=list)
+    builds: int = 0
+    total: int = 0
+    stage_text: str = ""
+    result: Optional[dict] = None
+    recorded: int = 0  # steps already in bisect/steps.jsonl when interrupted
+    error: str = ""
+
+    @property
+    def candidate(self) -> str:
+        """The region the search is narrowing: the last failing step's region."""
+        for st in reversed(self.steps):
+            if not st.get("passed") and st.get("kind") not in ("workaround",):
+                return st.get("region", "")
+        return ""
+
+
+@dataclass
+class TriageState:
+    options: TriageOptions
+    states: dict[str, str] = field(default_factory=lambda: {s: "pending" for s in STEP_IDS})
+    notes: dict[str, str] = field(default_factory=dict)
+    info: Optional[dict] = None
+    inputs: Optional[dict] = None
+    session_dir: Optional[Path] = None
+    live: dict[str, dict] = field(default_factory=dict)  # stage -> last progress
+    manifest: Optional[dict] = None
+    baseline_reused: bool = False
+    determinism: Optional[dict] = None
+    range_check: Optional[dict] = None
+    fused: Optional[dict] = None
+    summary: Optional[dict] = None
+    bisect: BisectView = field(default_factory=BisectView)
+    exported: dict[str, str] = field(default_factory=dict)
+    markdown: Optional[str] = None
+    options_dirty: bool = False  # engine settings changed after the session was prepared
+    halted: str = ""  # why "run all" stopped early (bad baseline)
+
+    def next_step(self) -> Optional[str]:
+        for s in STEP_IDS:
+            if s == "bisect":
+                return None
+            if self.states[s] not in FINAL:
+                return s
+        return None
+
+    def done(self, step: str) -> bool:
+        return self.states.get(step) in FINAL
+
+    @property
+    def session_root(self) -> Optional[Path]:
+        if self.session_dir:
+            return self.session_dir
+        return Path(self.options.session_dir) if self.options.session_dir else None
+
+    def set(self, step: str, state: str, note: str = "") -> None:
+        self.states[step] = state
+        if note:
+            self.notes[step] = note
+        else:
+            self.notes.pop(step, None)
+
+    def reset_engine_results(self) -> None:
+        """Settings changed: the comparison and bisection must run again."""
+        self.fused = None
+        self.summary = None
+        self.bisect = BisectView()
+        self.markdown = None
+        for s in ("fused", "bisect"):
+            self.set(s, "pending")
+
+
+def info_payload(info: Any) -> dict:
+    """What the UI shows about the model (from core ModelInfo)."""
+    return {
+        "path": str(info.path),
+        "sha256": info.sha256,
+        "opset": info.opset,
+        "nodes": info.node_count,
+        "inputs": [{"name": i.name, "dtype": i.dtype, "shape": i.shape_text()} for i in info.inputs],
+        "outputs": list(info.outputs),
+        "op_counts": dict(info.op_counts),
+        "renamed": info.renamed_nodes,
+    }

@@ -1,0 +1,139 @@
+"""Small widgets shared by the screens: step list, why panel, labelled sparkline, status line."""
+
+from __future__ import annotations
+
+from typing import Optional, Sequence
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.containers import Horizontal, Vertical
+from textual.widgets import Label, OptionList, Sparkline, Static
+from textual.widgets.option_list import Option
+
+from bisect_tui.tui.format import STATE_SYMBOL
+from bisect_tui.tui.texts import LABELS, STEP_IDS, STEP_NAME, STEP_NAME_ZH, TITLE, TOGGLE_HINT, WHY
+
+
+class StepList(OptionList):
+    """The checklist: one row per step, state as symbol and word."""
+
+    DEFAULT_CSS = """
+    StepList {
+        width: 30;
+        height: 1fr;
+        border: round $primary-darken-2;
+        border-title-color: $text;
+        padding: 0;
+    }
+    StepList:focus { border: round $primary; }
+    """
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(*[Option(self.prompt_for(s, "pending"), id=s) for s in STEP_IDS], **kwargs)
+        self.border_title = "Checklist"
+
+    @staticmethod
+    def prompt_for(step: str, state: str, lang: str = "en") -> Text:
+        name = STEP_NAME_ZH[step] if lang == "zh" else STEP_NAME[step]
+        t = Text()
+        t.append(f"{STATE_SYMBOL.get(state, '?')} {state:<7} ", style="bold" if state != "pending" else "")
+        t.append(name)
+        return t
+
+    def show_states(self, states: dict[str, str], lang: str = "en") -> None:
+        for s in STEP_IDS:
+            self.replace_option_prompt(s, self.prompt_for(s, states.get(s, "pending"), lang))
+
+    @property
+    def current_step(self) -> str:
+        idx = self.highlighted
+        if idx is None:
+            return STEP_IDS[0]
+        return STEP_IDS[idx]
+
+    def select_step(self, step: str) -> None:
+        self.highlighted = STEP_IDS.index(step)
+
+
+class WhyPanel(Static):
+    """"Why this matters / common pitfall" for one step, English or Chinese."""
+
+    DEFAULT_CSS = """
+    WhyPanel {
+        height: auto;
+        border: round $secondary-darken-2;
+        padding: 0 1;
+        margin-top: 1;
+    }
+    """
+
+    def __init__(self, step: str = "inputs", lang: str = "en", **kwargs) -> None:
+        super().__init__("", **kwargs)
+        self.step = step
+        self.lang = lang
+
+    def on_mount(self) -> None:
+        self._render_text()
+
+    def show(self, step: Optional[str] = None, lang: Optional[str] = None) -> None:
+        if step is not None:
+            self.step = step
+        if lang is not None:
+            self.lang = lang
+        self._render_text()
+
+    def _render_text(self) -> None:
+        why, pitfall = WHY[self.step][self.lang]
+        lw, lp = LABELS[self.lang]
+        self.border_title = TITLE[self.lang]
+        self.border_subtitle = TOGGLE_HINT[self.lang]
+        t = Text()
+        t.append(f"{lw}: ", style="bold")
+        t.append(why)
+        t.append("\n\n")
+        t.append(f"{lp}: ", style="bold")
+        t.append(pitfall)
+        self.update(t)
+
+
+class LabeledSparkline(Vertical):
+    """A Sparkline with a title above and the range of its x axis below."""
+
+    DEFAULT_CSS = """
+    LabeledSparkline { height: auto; margin-top: 1; }
+    LabeledSparkline > .spark-title { height: 1; text-style: bold; }
+    LabeledSparkline > Sparkline { height: 2; }
+    LabeledSparkline > .spark-axis { height: 1; }
+    LabeledSparkline > .spark-axis > Label { width: 1fr; color: $text-muted; }
+    LabeledSparkline > .spark-axis > .right { text-align: right; }
+    """
+
+    def compose(self) -> ComposeResult:
+        yield Label("", classes="spark-title")
+        yield Sparkline([], summary_function=max)
+        with Horizontal(classes="spark-axis"):
+            yield Label("", classes="left")
+            yield Label("", classes="right")
+
+    def set(self, title: str, counts: Sequence[float], left: str = "", right: str = "") -> None:
+        self.query_one(".spark-title", Label).update(Text(title))
+        self.query_one(Sparkline).data = [float(c) for c in counts]
+        self.query_one(".spark-axis .left", Label).update(Text(left))
+        self.query_one(".spark-axis .right", Label).update(Text(right))
+
+
+class StatusLine(Static):
+    """One line at the bottom: what is running, or the last one-line error."""
+
+    DEFAULT_CSS = """
+    StatusLine {
+        height: 1;
+        padding: 0 1;
+        background: $boost;
+    }
+    StatusLine.-error { color: $text-error; text-style: bold; }
+    """
+
+    def show(self, text: str, error: bool = False) -> None:
+        self.set_class(error, "-error")
+        self.update(Text(text.splitlines()[0] if text else "", no_wrap=True, overflow="ellipsis"))
