@@ -64,6 +64,12 @@ def test_check_passes_then_fails_with_gelu_approximation(samples, tmp_path, caps
     assert "FAIL" in out and "atol/rtol" in out
     md = (tmp_path / "bad.md").read_text()
     assert "| " + name in md and "FAIL" in md
+    # inside the fused graph, the first tensor out of tolerance is the FastGelu's output
+    assert bad["shared_tensors"]["first_failing_tensor"] == "mlp/gelu/mul_half:0"
+    assert "made by fused FastGelu" in out
+    png = sess / "plots" / "mlp_residual_0.png"
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "](s/plots/mlp_residual_0.png)" in md
     assert bad["baseline"]["reused"] is True  # the second check reused the dump
 
 

@@ -36,6 +36,13 @@ def fmt(x: Any, digits: int = 3) -> str:
     return str(x)
 
 
+def cos_text(c) -> str:
+    """Cosine similarity with enough digits to see how far from 1 it is."""
+    if c is None or c != c:
+        return "-"
+    return f"{c:.8f}"
+
+
 def _mb(n: int) -> str:
     return f"{n / (1 << 20):.1f} MB"
 
@@ -83,7 +90,7 @@ def output_line(name: str, o: dict) -> str:
     m = o["metrics"]
     mark = "PASS" if o["passed"] else "FAIL"
     line = (f"  [{mark}] {name}: max_abs {fmt(m['max_abs'])}, mean_abs {fmt(m['mean_abs'])}, "
-            f"max_rel {fmt(m['max_rel'])}, cosine {fmt(m['cosine'], 6)}, snr {fmt(m['snr_db'])} dB")
+            f"max_rel {fmt(m['max_rel'])}, cosine {cos_text(m['cosine'])}, snr {fmt(m['snr_db'])} dB")
     if not o["passed"]:
         line += f"\n         {o['summary']}"
     return line
@@ -173,7 +180,7 @@ def check_markdown(s: dict) -> str:
                 ["output", "verdict", "max abs", "mean abs", "max rel", "cosine", "SNR dB", "failed criterion"],
                 [[n, "PASS" if o["passed"] else "FAIL", fmt(o["metrics"]["max_abs"]),
                   fmt(o["metrics"]["mean_abs"]), fmt(o["metrics"]["max_rel"]),
-                  fmt(o["metrics"]["cosine"], 6), fmt(o["metrics"]["snr_db"]),
+                  cos_text(o["metrics"]["cosine"]), fmt(o["metrics"]["snr_db"]),
                   "" if o["passed"] else o["summary"]] for n, o in s["outputs"].items()],
             ),
             "",

@@ -37,6 +37,7 @@ def run_bisect_command(args, opts) -> int:
     full = {**summary, "bisect": result,
             "plots": {k: str(Path(v).relative_to(triage.session.root)) for k, v in plots.items()}}
     md = bisect_markdown(full)
+    print(check_text(summary))
     print(bisect_text(full))
     session = triage.session
     atomic.write_text(session.path("report.md"), md)

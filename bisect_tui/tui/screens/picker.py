@@ -1,0 +1,194 @@
+"""Model picker: recent sessions first, then .onnx files under the working directory."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Optional
+
+from rich.text import Text
+from textual import on, work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Vertical
+from textual.message import Message
+from textual.screen import Screen
+from textual.widgets import Footer, Header, Input, OptionList, Static
+from textual.widgets.option_list import Option
+
+from bisect_tui.tui.format import show_path
+from bisect_tui.tui.widgets.common import StatusLine
+
+SKIP_DIRS = {"node_modules", "__pycache__", "site-packages", "bisect-sessions", "build", "dist"}
+MAX_DEPTH = 3
+MAX_MODELS = 100
+
+
+def find_models(root: Path) -> list[Path]:
+    """.onnx files under `root` (a few levels deep), skipping hidden dirs, venvs and sessions."""
+    found: list[Path] = []
+    root = Path(root)
+    for dirpath, dirnames, filenames in os.walk(root):
+        d = Path(dirpath)
+        depth = len(d.relative_to(root).parts)
+        if (d / "session.json").exists():  # a session's prepared copy is not a model to pick
+            dirnames[:] = []
+            continue
+        dirnames[:] = sorted(
+            n for n in dirnames
+            if not n.startswith(".") and n not in SKIP_DIRS and depth < MAX_DEPTH
+            and not (d / n / "pyvenv.cfg").exists()
+        )
+        for f in sorted(filenames):
+            if f.lower().endswith(".onnx"):
+                found.append(d / f)
+                if len(found) >= MAX_MODELS:
+                    break
+        if len(found) >= MAX_MODELS:
+            break
+    return sorted(found, key=lambda p: (len(p.relative_to(root).parts), str(p)))
+
+
+class Picked(Message):
+    def __init__(self, options, resume: bool) -> None:
+        super().__init__()
+        self.options = options
+        self.resume = resume
+
+
+class PickFailed(Message):
+    def __init__(self, text: str) -> None:
+        super().__init__()
+        self.text = text
+
+
+class PickerScreen(Screen):
+    """Choose a model (or a session to resume); a bad path is one line, never a crash."""
+
+    BINDINGS = [
+        Binding("tab", "focus_next", "Next field", show=False),
+    ]
+
+    DEFAULT_CSS = """
+    PickerScreen #picker { height: 1fr; padding: 0 1; }
+    PickerScreen #intro { height: auto; margin-bottom: 1; }
+    PickerScreen #path { margin-bottom: 1; }
+    PickerScreen #choices { height: 1fr; border: round $primary-darken-2; }
+    PickerScreen #choices:focus { border: round $primary; }
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sub_title = "open a model"
+        self._ids: dict[str, tuple[str, Path]] = {}
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        with Vertical(id="picker"):
+            yield Static(Text(
+                "Pick an ONNX model to triage, or a recent session to resume. Type a path and press "
+                "enter, or choose below with up/down and enter."), id="intro")
+            yield Input(placeholder="path to a .onnx model or a session directory", id="path")
+            yield OptionList(id="choices")
+        yield StatusLine(id="status")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.reload()
+
+    def reload(self) -> None:
+        from bisect_tui.core.session import recent_sessions
+
+        choices = self.query_one("#choices", OptionList)
+        choices.clear_options()
+        self._ids.clear()
+        opts: list[Option] = []
+        recent = recent_sessions()
+        if recent:
+            opts.append(Option(Text("Recent sessions", style="bold"), disabled=True))
+            for i, e in enumerate(recent[:20]):
+                oid = f"s{i}"
+                self._ids[oid] = ("session", Path(e["session"]))
+                model = Path(e.get("model") or "?").name
+                opts.append(Option(Text(f"  ↺ {show_path(e['session'])}  ({model})"), id=oid))
+        models = find_models(Path.cwd())
+        opts.append(Option(Text("Models under the working directory", style="bold"), disabled=True))
+        if not models:
+            opts.append(Option(Text("  (no .onnx file found: type a path above)"), disabled=True))
+        for i, m in enumerate(models):
+            oid = f"m{i}"
+            self._ids[oid] = ("model", m)
+            opts.append(Option(Text(f"  {show_path(m)}"), id=oid))
+        choices.add_options(opts)
+        if self._ids:
+            choices.highlighted = next(i for i, o in enumerate(opts) if not o.disabled)
+            choices.focus()
+        else:
+            self.query_one("#path", Input).focus()
+        status = self.query_one(StatusLine)
+        status.show(f"{len(recent)} recent session(s), {len(models)} model(s) found")
+
+    # -- choosing -----------------------------------------------------------------
+    @on(OptionList.OptionSelected, "#choices")
+    def _chosen(self, event: OptionList.OptionSelected) -> None:
+        kind, path = self._ids.get(event.option.id or "", (None, None))
+        if kind:
+            self.open_path(path, kind)
+
+    @on(Input.Submitted, "#path")
+    def _typed(self, event: Input.Submitted) -> None:
+        text = event.value.strip()
+        if not text:
+            self.fail("type a path to a .onnx model or a session directory")
+            return
+        self.open_path(Path(os.path.expanduser(text)), None)
+
+    def fail(self, text: str) -> None:
+        self.query_one(StatusLine).show(f"error: {text}", error=True)
+        self.app.bell()
+
+    def open_path(self, path: Path, kind: Optional[str]) -> None:
+        if not path.exists():
+            self.fail(f"not found: {path}")
+            return
+        if kind is None:
+            if path.is_dir():
+                if not (path / "session.json").exists():
+                    self.fail(f"{path} is a directory but not a bisect-tui session (no session.json)")
+                    return
+                kind = "session"
+            else:
+                kind = "model"
+        self.query_one(StatusLine).show(f"checking {show_path(path)}...")
+        self._check(path, kind)
+
+    @work(thread=True, exclusive=True, group="picker", exit_on_error=False)
+    def _check(self, path: Path, kind: str) -> None:
+        """Load and validate in a thread: a big model must not freeze the screen."""
+        from bisect_tui.core.errors import UserError
+
+        try:
+            if kind == "session":
+                from bisect_tui.core.resume import options_from_session
+
+                opts = options_from_session(path)
+                self.post_message(Picked(opts, True))
+            else:
+                from bisect_tui.core.model import load_model_info
+                from bisect_tui.core.pipeline import TriageOptions
+
+                load_model_info(path)
+                self.post_message(Picked(TriageOptions(model=path), False))
+        except UserError as exc:
+            self.post_message(PickFailed(str(exc)))
+        except Exception as exc:  # anything else is still one line here, never a traceback
+            self.post_message(PickFailed(f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"))
+
+    async def on_picked(self, message: Picked) -> None:
+        await self.app.open_options(message.options, message.resume)
+
+    def on_pick_failed(self, message: PickFailed) -> None:
+        self.fail(message.text)
+
+    def state_changed(self, what: str) -> None:
+        pass

@@ -1,0 +1,84 @@
+"""The culprit panel of the bisection screen: what was found and the evidence for it."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from rich.text import Text
+from textual.widgets import Static
+
+from bisect_tui.core.report import BISECT_VERDICT
+from bisect_tui.tui.format import fmt
+
+
+def culprit_text(result: Optional[dict], status: str = "idle") -> Text:
+    t = Text()
+    if not result:
+        if status == "running":
+            t.append("Searching... the culprit appears here when the search has proved it.\n")
+        elif status in ("cancelled", "interrupted"):
+            t.append(f"The search was {status}. Press r to resume: recorded steps are reused, "
+                     "so it continues where it stopped.\n")
+        elif status == "error":
+            t.append("The search stopped with an error (see the status line). Press r to retry.\n")
+        else:
+            t.append("No search yet. Press r to start the bisection.\n")
+        return t
+    verdict = result["verdict"]
+    mark = "✔" if verdict == "pass" else "✘"
+    t.append(f"{mark} {BISECT_VERDICT.get(verdict, verdict)}\n", style="bold")
+    t.append(f"{result['engine_builds']} engine build(s)"
+             + (f", {result['reused_steps']} step(s) reused" if result.get("reused_steps") else "")
+             + f", searched at level {result.get('level')} over {len(result.get('units', []))} fused nodes\n")
+    for i, c in enumerate(result.get("culprits", []), 1):
+        t.append("\n")
+        t.append(f"Culprit {i}: {c['op_type']}", style="bold")
+        t.append(f"  (fused node '{c['fused_node']}')"
+                 + ("  an interaction: these fuse wrong only together" if c.get("interaction") else "") + "\n")
+        t.append("  original nodes:\n", style="bold")
+        for n in c["original_nodes"]:
+            t.append(f"    {n}\n")
+        confirmed = bool(c.get("attribution", {}).get("confirmed"))
+        t.append("  optimizer(s): ", style="bold")
+        t.append(", ".join(c["optimizers"]) or "unknown")
+        t.append(" (confirmed: disabling removes the fused node)\n" if confirmed else "\n")
+        iso = c.get("isolated") or {}
+        for name, o in (iso.get("outputs") or {}).items():
+            t.append(f"  isolated on the baseline's own inputs, {name}:\n", style="bold")
+            fu = o["fused_vs_unfused"]
+            t.append(f"    fused vs unfused FP32:   max abs {fmt(fu['max_abs'])}\n")
+            if "fused_vs_truth" in o:
+                t.append(f"    fused vs float64 truth:  max abs {fmt(o['fused_vs_truth']['max_abs'])}\n")
+                t.append(f"    FP32 vs float64 truth:   max abs {fmt(o['unfused_vs_truth']['max_abs'])}\n")
+                t.append(f"    fused error = {fmt(o['error_ratio'])}x the FP32 error"
+                         + (" -> the fusion is worse than plain FP32\n" if o.get("fused_worse")
+                            else " -> not worse than plain FP32\n"))
+            if o.get("verdict"):
+                t.append(f"    {o['verdict']}\n")
+        worst = c.get("worst_elements") or []
+        if worst:
+            t.append("  worst elements (truth / unfused / fused):\n", style="bold")
+            for w in worst[:3]:
+                idx = ",".join(str(x) for x in w["index"]) if isinstance(w["index"], list) else w["index"]
+                t.append(f"    [{idx}] {fmt(w['truth'], 6)} / {fmt(w['unfused'], 6)} / {fmt(w['fused'], 6)}\n")
+    w = result.get("workaround")
+    if w:
+        t.append("\nWorkaround: ", style="bold")
+        if w.get("kind") == "disable_optimizers":
+            t.append(f"disable {', '.join(w['disabled_optimizers'])}: the full engine then passes "
+                     f"(max abs {fmt(w['full_engine']['max_abs'])})\n  {w['how']}\n")
+        else:
+            t.append(f"{w.get('how', 'none found')}\n")
+    if result.get("explanation"):
+        t.append(f"\n{result['explanation']}\n")
+    t.append("\ne: export report + repro bundle   c: copy the Markdown report\n")
+    return t
+
+
+class CulpritPanel(Static):
+    DEFAULT_CSS = """
+    CulpritPanel { height: auto; padding: 0 1; }
+    """
+
+    def show(self, result: Optional[dict], status: str) -> None:
+        self.update(culprit_text(result, status))
