@@ -1,0 +1,155 @@
+"""The bisection: a live table of steps, builds so far vs expected, the candidate
+region, and the culprit with its evidence once it is proved."""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.screen import Screen
+from textual.widgets import DataTable, Footer, Header, ProgressBar, Static
+
+from bisect_tui.tui.format import fmt, ratio, short
+from bisect_tui.tui.widgets.common import StatusLine, WhyPanel
+from bisect_tui.tui.widgets.culprit import CulpritPanel
+
+STATUS_WORD = {
+    "idle": "· not started",
+    "running": "… running",
+    "cancelled": "– cancelled",
+    "interrupted": "– interrupted",
+    "finished": "✔ finished",
+    "error": "✘ stopped by an error",
+}
+COLUMNS = [("n", "#"), ("kind", "kind"), ("region", "region"), ("marks", "marked"),
+           ("builds", "builds"), ("ratio", "x tol"), ("verdict", "verdict")]
+
+
+def step_row(st: dict) -> list[Text]:
+    verdict = "✔ pass" if st["passed"] else "✘ FAIL"
+    if st.get("cached"):
+        verdict += " ↺"
+    return [Text(str(x)) for x in (
+        st["n"], short(st["kind"], 20), short(st["region"], 30), st["marks"], st["builds"],
+        ratio(st["ratio"]), verdict)]
+
+
+class BisectionScreen(Screen):
+    BINDINGS = [
+        Binding("r", "resume", "Run/resume"),
+        Binding("x", "cancel", "Cancel"),
+        Binding("e", "export", "Export"),
+        Binding("c", "copy", "Copy MD"),
+        Binding("h", "back", "Checklist"),
+        Binding("escape", "back", "Checklist", show=False),
+    ]
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        with Vertical(id="bis-top"):
+            yield Static("", id="bis-status")
+            yield ProgressBar(id="bis-progress", show_eta=False)
+        with Horizontal(id="bis-main"):
+            table = DataTable(id="bis-steps", cursor_type="row", zebra_stripes=True)
+            table.border_title = "Steps (↺ = reused from the session)"
+            yield table
+            with VerticalScroll(id="bis-side"):
+                yield CulpritPanel(id="culprit")
+                yield WhyPanel("bisect", id="why-bisect")
+        yield StatusLine(id="status")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        table = self.query_one("#bis-steps", DataTable)
+        for key, label in COLUMNS:
+            table.add_column(label, key=key)
+        self.query_one("#bis-side").border_title = "Culprit"
+        self.state_changed("all")
+        table.focus()
+
+    # -- rendering -------------------------------------------------------------------
+    def state_changed(self, what: str) -> None:
+        st = self.app.state
+        if st is None or not self.is_mounted:
+            return
+        self.sub_title = self.app.header_subtitle()
+        b = st.bisect
+        if what == "lang":
+            self.query_one(WhyPanel).show(lang=self.app.lang)
+            return
+        table = self.query_one("#bis-steps", DataTable)
+        if what in ("all", "bisect_reset", "bisect"):
+            table.clear()
+            for s in b.steps:
+                table.add_row(*step_row(s), key=str(s["n"]))
+        elif what == "bisect_step" and b.steps:
+            s = b.steps[-1]
+            if str(s["n"]) not in {str(k.value) for k in table.rows}:
+                table.add_row(*step_row(s), key=str(s["n"]))
+                table.move_cursor(row=table.row_count - 1)
+        self._header(b)
+        if what in ("all", "bisect_reset", "bisect", "busy", "status"):
+            self.query_one(CulpritPanel).show(b.result, b.status)
+        self.query_one(StatusLine).show(self.app.status_text, self.app.status_error)
+        self.refresh_bindings()
+
+    def _header(self, b) -> None:
+        total = max(b.total, b.builds, 1)
+        bar = self.query_one("#bis-progress", ProgressBar)
+        if b.status == "idle" and not b.steps:
+            bar.update(total=None, progress=0)
+        else:
+            bar.update(total=total, progress=b.builds if b.status != "finished" else total)
+        lines = [f"state: {STATUS_WORD.get(b.status, b.status)}   builds {b.builds} of ~{total} expected"]
+        if b.status in ("cancelled", "interrupted"):
+            recorded = len(b.steps) or b.recorded
+            lines[0] += f"   ({recorded} step(s) recorded; r resumes)"
+        cand = b.candidate
+        if b.result and b.result.get("culprits"):
+            names = "; ".join(f"{c['op_type']} ({c['fused_node']})" for c in b.result["culprits"])
+            lines.append(f"culprit: {names}")
+        elif cand:
+            last = b.steps[-1] if b.steps else None
+            lines.append(f"candidate region: {cand}")
+            if last and b.status == "running":
+                lines[-1] += f"   last: {short(last['region'], 24)} {'pass' if last['passed'] else 'FAIL'}"
+        else:
+            lines.append("candidate region: whole graph")
+        if b.stage_text and b.status == "running":
+            lines.append(b.stage_text)
+        elif b.error:
+            lines.append(b.error)
+        else:
+            lines.append("")
+        self.query_one("#bis-status", Static).update(Text("\n".join(lines[:3])))
+
+    # -- actions -----------------------------------------------------------------------
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        busy = bool(self.app.busy)
+        st = self.app.state
+        if action == "cancel":
+            return True if busy else None
+        if action == "resume":
+            return None if busy else True
+        if action in ("export", "copy"):
+            return None if busy or st is None or st.fused is None else True
+        return True
+
+    def action_resume(self) -> None:
+        self.app.start_bisect()
+
+    def action_cancel(self) -> None:
+        self.app.cancel_work()
+
+    def action_export(self) -> None:
+        self.app.export(copy=False)
+
+    def action_copy(self) -> None:
+        self.app.export(copy=True)
+
+    def action_back(self) -> None:
+        self.app.pop_screen()
+
+
+__all__ = ["BisectionScreen", "fmt"]
