@@ -32,6 +32,8 @@ test: $(TEST_STAMP)
 	$(PY) -m pytest -q
 
 bench: $(TEST_STAMP)
+	$(PY) -m pip install -q -e '.[test,bench]'
+	$(PY) sample_models/build.py -q
 	$(PY) bench/baseline_memory.py
 	$(PY) bench/bisect_vs_debug_reduce.py
 

@@ -45,7 +45,7 @@ def test_baseline_files_manifest_and_values(tiny_model, tmp_path):
 
 
 def test_small_budget_splits_into_groups_with_identical_results(tiny_model, tmp_path):
-    one = _triage(tiny_model, tmp_path, "one", max_memory=64 << 20)
+    one = _triage(tiny_model, tmp_path, "one", max_memory=4 << 30)
     one.prepare()
     r1 = one.run_baseline()
     many = _triage(tiny_model, tmp_path, "many", max_memory=1)  # forces one tensor per group

@@ -89,54 +89,83 @@ def file_names(info: ModelInfo, tensors: list[str]) -> dict[str, str]:
 
 
 class _NpySink:
-    """Writes each tensor into a temp `.npy` memmap sample by sample, renames at the end."""
+    """Streams each tensor into a temp `.npy` sample by sample, renames at the end.
+
+    Plain appends (header first, then each sample's bytes) rather than a
+    memmap: written pages belong to the page cache, not to this process, so
+    the dump's resident memory stays what ORT returned for the current group."""
 
     def __init__(self, outdir: Path, fnames: dict[str, str], samples: int, on_done):
         self.outdir = outdir
         self.fnames = fnames
         self.samples = samples
         self.on_done = on_done
-        self._open: dict[str, tuple] = {}
+        self._open: dict[str, list] = {}
 
     def write(self, tensor: str, sample: int, array: np.ndarray) -> None:
+        array = np.ascontiguousarray(array)
         if tensor not in self._open:
             fd, tmp = tempfile.mkstemp(prefix=".tmp_", suffix=".npy", dir=self.outdir)
-            os.close(fd)
-            mm = np.lib.format.open_memmap(
-                tmp, mode="w+", dtype=array.dtype, shape=(self.samples, *array.shape)
-            )
-            self._open[tensor] = (tmp, mm, hashlib.sha256(), empty_stats(), array.shape)
-        tmp, mm, h, st, shape = self._open[tensor]
+            fh = os.fdopen(fd, "wb")
+            header = {"descr": np.lib.format.dtype_to_descr(array.dtype), "fortran_order": False,
+                      "shape": (self.samples, *array.shape)}
+            np.lib.format.write_array_header_1_0(fh, header)
+            self._open[tensor] = [tmp, fh, hashlib.sha256(), empty_stats(), array.shape, array.dtype, 0]
+        entry = self._open[tensor]
+        tmp, fh, h, st, shape, dtype, _ = entry
         if array.shape != shape:
             raise ValueError(f"tensor {tensor} changed shape between samples")
-        mm[sample] = array
-        h.update(np.ascontiguousarray(array).tobytes())
+        view = memoryview(array).cast("B")
+        fh.write(view)
+        h.update(view)
+        entry[6] += array.nbytes
         update_stats(st, array)
 
     def end(self, tensor: str) -> None:
-        tmp, mm, h, st, shape = self._open.pop(tensor)
-        mm.flush()
-        nbytes = mm.nbytes
-        dtype = mm.dtype.name
-        del mm
-        with open(tmp, "rb+") as fh:
-            os.fsync(fh.fileno())
+        tmp, fh, h, st, shape, dtype, nbytes = self._open.pop(tensor)
+        fh.flush()
+        os.fsync(fh.fileno())
+        fh.close()
         os.replace(tmp, self.outdir / self.fnames[tensor])
         self.on_done(tensor, {
             "shape": list(shape),
-            "dtype": dtype,
+            "dtype": np.dtype(dtype).name,
             "bytes": int(nbytes),
             "sha256": h.hexdigest(),
             "stats": finish_stats(st),
         })
 
     def abort(self) -> None:
-        for tmp, *_ in self._open.values():
+        for tmp, fh, *_ in self._open.values():
             try:
+                fh.close()
                 os.unlink(tmp)
             except OSError:
                 pass
         self._open.clear()
+
+
+# Pages a first run adds on top of the idle process (ORT kernels' code and
+# scratch buffers): ~50 MB measured with bench/baseline_memory.py on ORT 1.32.
+RUN_ALLOWANCE = 64 * MB
+
+
+def activation_budget(max_memory: int, weight_bytes: int, sizes: dict) -> int:
+    """How many bytes of marked tensors one group may hold so that the whole
+    process stays near `max_memory`.
+
+    Subtracted: what the process already holds (Python, ORT, numpy, inputs),
+    the weights twice (our model proto and the session's copy), and two of the
+    largest tensors (the allocator keeps freed blocks around and ORT still
+    holds unmarked intermediates while a group runs)."""
+    try:
+        import psutil
+
+        floor = psutil.Process().memory_info().rss
+    except Exception:
+        floor = 0
+    largest = max((v for v in sizes.values() if v), default=0)
+    return max(max_memory - floor - RUN_ALLOWANCE - 2 * weight_bytes - 2 * largest, 1)
 
 
 @dataclass
@@ -193,9 +222,7 @@ def run_baseline(
     todo = [t for t in tensors if t not in done]
 
     sizes, types = estimate_sizes(info.model, shapes, tensors)
-    # Budget for activations: what is left after the weights (held once by the
-    # session, once by our copy of the model proto).
-    act_budget = max(max_memory - 2 * info.initializer_bytes, 1)
+    act_budget = activation_budget(max_memory, info.initializer_bytes, sizes)
     groups = plan_groups(todo, sizes, act_budget)
     written = {"bytes": sum(e["bytes"] for e in done.values())}
 

@@ -14,7 +14,7 @@ from typing import Optional
 
 import numpy as np
 
-from bisect_tui.core.baseline import baseline_key, manifest_index
+from bisect_tui.core.baseline import activation_budget, manifest_index
 from bisect_tui.core.cancel import CancelToken, Progress, ProgressFn, no_progress
 from bisect_tui.core.errors import UserError
 from bisect_tui.core.inputs import InputSet
@@ -56,7 +56,7 @@ def check_determinism(
     t0 = time.perf_counter()
     tensors = [e["tensor"] for e in manifest["tensors"]]
     sizes, types = estimate_sizes(info.model, shapes, tensors)
-    groups = plan_groups(tensors, sizes, max(max_memory - 2 * info.initializer_bytes, 1))
+    groups = plan_groups(tensors, sizes, activation_budget(max_memory, info.initializer_bytes, sizes))
     sink = _HashSink()
 
     def relay(p: Progress) -> None:

@@ -251,7 +251,7 @@ def bisect_text(s: dict) -> str:
                  + (f" this run, {b['reused_steps']} steps reused from the session" if b.get("reused_steps") else "")
                  + f", searched at level {b.get('level')}, {len(b.get('units', []))} fused nodes)")
     for st in b["steps"]:
-        lines.append(f"  {st['n']:>3} {st['kind']:<22} {st['region'][:40]:<40} "
+        lines.append(f"  {st['n']:>3} {st['kind'][:30]:<30} {st['region'][:32]:<32} "
                      f"{'pass' if st['passed'] else 'FAIL'} x{fmt(st['ratio'])}")
     for i, c in enumerate(b["culprits"], 1):
         lines += culprit_lines(c, i)

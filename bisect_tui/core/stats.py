@@ -41,8 +41,18 @@ def empty_stats() -> dict:
     }
 
 
+CHUNK = 1 << 20  # elements per pass: float64 temporaries stay at a few MB
+
+
 def update_stats(st: dict, a: np.ndarray) -> dict:
-    """Merge one sample's array into `st` (in place) and return it."""
+    """Merge one sample's array into `st` (in place) and return it, a chunk at a time."""
+    flat = a.reshape(-1)
+    for i in range(0, max(flat.size, 1), CHUNK):
+        _update(st, flat[i : i + CHUNK])
+    return st
+
+
+def _update(st: dict, a: np.ndarray) -> dict:
     st["numel"] += int(a.size)
     if a.size == 0 or a.dtype.kind not in "fiub":
         return st

@@ -186,6 +186,39 @@ def _native_libraries() -> list[Path]:
     return sorted({p for p in paths if "providers" not in p.name})
 
 
+def _scan_cache_key(libs: list[Path]) -> str:
+    parts = []
+    for p in libs:
+        try:
+            st = p.stat()
+            parts.append(f"{p}:{st.st_size}:{st.st_mtime_ns}")
+        except OSError:
+            parts.append(str(p))
+    return hashlib.sha1("|".join(parts).encode()).hexdigest()[:16]
+
+
+def _scan_cache_path(libs: list[Path]) -> Path:
+    from bisect_tui.core.session import state_home
+
+    return state_home() / f"ort-optimizers-{_scan_cache_key(libs)}.json"
+
+
+def _read_scan_cache(libs: list[Path]) -> Optional[set[str]]:
+    try:
+        return set(json.loads(_scan_cache_path(libs).read_text()))
+    except (OSError, ValueError, TypeError):
+        return None
+
+
+def _write_scan_cache(libs: list[Path], names: set[str]) -> None:
+    try:
+        from bisect_tui.core import atomic
+
+        atomic.write_json(_scan_cache_path(libs), sorted(names))
+    except OSError:
+        pass  # a cache only; the scan result is used either way
+
+
 @functools.lru_cache(maxsize=1)
 def known_optimizers() -> frozenset[str]:
     """Optimizer names the INSTALLED onnxruntime knows, learnt from its binary.
@@ -194,14 +227,19 @@ def known_optimizers() -> frozenset[str]:
     appears in the library, but so may a few strings that are not (tags,
     helper class names). It is good for warning about typos and about names
     from another release; `confirm_optimizer_effect` is the real proof that
-    disabling a name changes the engine. Cached: scanning takes about a second."""
-    found: set[str] = set()
-    for path in _native_libraries():
-        try:
-            data = path.read_bytes()
-        except OSError:
-            continue
-        _scan_library(data, found)
+    disabling a name changes the engine. Cached in memory and on disk (keyed by
+    the libraries' paths, sizes and mtimes): a scan takes a few tenths of a second."""
+    libs = _native_libraries()
+    found = _read_scan_cache(libs)
+    if found is None:
+        found = set()
+        for path in libs:
+            try:
+                data = path.read_bytes()
+            except OSError:
+                continue
+            _scan_library(data, found)
+        _write_scan_cache(libs, found)
     if "_RuleBasedTransformer" in found:
         # the rule containers are named "Level<N>_RuleBasedTransformer" at runtime
         found.update(f"Level{k}_RuleBasedTransformer" for k in (1, 2, 3))

@@ -58,6 +58,13 @@ def _now_made_by(fused, units: list[Unit]) -> Optional[str]:
     return None
 
 
+def _fused_map(bisector, cfg):
+    """The fused-node map of the full engine built with `cfg` (a step of the
+    search, so the workaround reuses it), or the build error as a string."""
+    fused, _, step = bisector.fused_map(cfg)
+    return fused if fused is not None else step.summary
+
+
 def attribute(bisector, units: list[Unit]) -> dict:
     """Confirm the candidate optimizers of one culprit by rebuilding without each."""
     engine = bisector.engine
@@ -75,18 +82,12 @@ def attribute(bisector, units: list[Unit]) -> dict:
             if cache[key]["culprit_gone_when_disabled"]:
                 confirmed.append(name)
             continue
-        bisector.builds += 1
-        try:
-            built = engine.build(bisector.session.model_path, cfg, (), None)
-        except UserError as exc:
+        fused = _fused_map(bisector, cfg)
+        if isinstance(fused, str):
             rows.append({"optimizer": name, "known_to_engine": name in known,
                          "culprit_gone_when_disabled": None, "output_now_made_by": None,
-                         "error": str(exc)})
+                         "error": fused})
             continue
-        try:
-            fused = built.fused_nodes
-        finally:
-            built.close()
         gone = _culprit_present(fused, units) is None
         replaced = _now_made_by(fused, units)
         rows.append({"optimizer": name, "known_to_engine": name in known,

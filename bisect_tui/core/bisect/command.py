@@ -33,9 +33,10 @@ def run_bisect_command(args, opts) -> int:
         progress.close()
     from bisect_tui.core.plots import write_plots
 
-    plots = write_plots(triage.session.path("plots"), summary["outputs"])
-    full = {**summary, "bisect": result,
-            "plots": {k: str(Path(v).relative_to(triage.session.root)) for k, v in plots.items()}}
+    full = {**summary, "bisect": result}
+    if getattr(args, "report", None):  # pictures cost a matplotlib import: only for a report asked for
+        plots = write_plots(triage.session.path("plots"), summary["outputs"])
+        full["plots"] = {k: str(Path(v).relative_to(triage.session.root)) for k, v in plots.items()}
     md = bisect_markdown(full)
     print(check_text(summary))
     print(bisect_text(full))

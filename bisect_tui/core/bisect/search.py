@@ -24,6 +24,7 @@ import hashlib
 import json
 import math
 import time
+from pathlib import Path
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
@@ -36,7 +37,7 @@ from bisect_tui.core.bisect.units import Unit, build_units, marks_for, region_te
 from bisect_tui.core.cancel import Progress
 from bisect_tui.core.errors import UserError
 from bisect_tui.core.session import now_iso, stable_key
-from bisect_tui.engines.base import LEVELS, EngineConfig
+from bisect_tui.engines.base import LEVELS, EngineConfig, FusedNode
 
 MAX_SEED_TRIES = 3
 
@@ -58,6 +59,7 @@ class Step:
     seconds: float
     fused_in_build: Optional[int] = None
     key: str = ""
+    optimized: Optional[str] = None  # saved optimized graph (unmarked builds only)
 
     def to_dict(self) -> dict:
         return dict(self.__dict__)
@@ -93,6 +95,7 @@ class Bisector:
             for name in triage.info.outputs
         }
         self.judge = OutputJudge(refs, triage.opts.tolerance, triage.opts.topk)
+        self._seed_from_check = triage.fused
         self.search_key = stable_key(
             "bisect/v1", triage.baseline.manifest["key"], self.config.to_dict(),
             triage.opts.tolerance.to_dict(), triage.opts.topk,
@@ -144,6 +147,9 @@ class Bisector:
         region = "whole graph" if enabled is None else region_text(enabled)
         ids = [] if enabled is None else [u.index for u in enabled]
         cached = self._cache.get(key)
+        done = next((st for st in self.steps if st.key == key), None)
+        if done is not None:  # asked twice in this run (e.g. attribution, then workaround)
+            return done
         if cached is not None:
             known = {k: v for k, v in cached.items() if k in Step.__dataclass_fields__}
             step = Step(**{**known, "n": len(self.steps) + 1, "kind": kind, "region": region,
@@ -156,8 +162,13 @@ class Bisector:
             raise BuildBudgetExceeded(self.max_builds)
         t0 = time.perf_counter()
         fused_count = None
+        optimized = None
+        # Unmarked builds are the real engine for a config: keep their optimized
+        # graph and fused-node map, which the level search, the attribution and
+        # the workaround all read instead of building again.
+        workdir = self.engine_dir(config) if not marks else None
         try:
-            built = self.engine.build(self.session.model_path, config, marks, None)
+            built = self.engine.build(self.session.model_path, config, marks, workdir)
         except UserError as exc:
             # An engine that cannot even be built with this region enabled is
             # broken by it: the step fails, and the message says why.
@@ -166,7 +177,11 @@ class Bisector:
             try:
                 per_sample = [built.run(self.t.inputs.feeds(k)) for k in range(self.t.inputs.samples)]
                 try:
-                    fused_count = sum(1 for n in built.fused_nodes if n.is_fused)
+                    fused = built.fused_nodes
+                    fused_count = sum(1 for n in fused if n.is_fused)
+                    if workdir is not None:
+                        atomic.write_json(workdir / "fused_nodes.json", [f.to_dict() for f in fused])
+                        optimized = str(built.optimized_model_path)
                 except Exception:  # the map is informative only; never fail a step on it
                     fused_count = None
             finally:
@@ -179,6 +194,7 @@ class Bisector:
             marks=len(marks), passed=j.passed, ratio=_finite(j.ratio), max_abs=_finite(j.max_abs),
             summary=j.summary, builds=self.builds, cached=False,
             seconds=time.perf_counter() - t0, fused_in_build=fused_count, key=key,
+            optimized=optimized,
         )
         self.steps.append(step)
         self._append({**step.to_dict(), "at": now_iso()})
@@ -209,18 +225,25 @@ class Bisector:
         assert last is not None
         return last
 
+    def engine_dir(self, config: EngineConfig):
+        d = self.session.engines_dir / f"{self.t.opts.engine}-{config.key()}"
+        d.mkdir(parents=True, exist_ok=True)
+        return d
+
+    def fused_map(self, config: EngineConfig) -> tuple[Optional[list[FusedNode]], Optional[str], Step]:
+        """The unmarked engine of `config`: its fused-node map and optimized graph
+        (one build, or none when an earlier step or run made it)."""
+        extra = sorted(set(config.disabled_optimizers) - set(self.config.disabled_optimizers))
+        step = self.evaluate(f"disable {', '.join(extra)}" if extra else f"engine {config.level}", None, config)
+        path = self.engine_dir(config) / "fused_nodes.json"
+        if step.optimized and path.exists() and Path(step.optimized).exists():
+            return [FusedNode.from_dict(d) for d in atomic.read_json(path)], step.optimized, step
+        return None, None, step
+
     def units_at(self, level: str) -> tuple[list[Unit], Optional[str]]:
-        cfg = self.config.with_level(level)
-        workdir = self.session.engines_dir / f"{self.t.opts.engine}-{cfg.key()}"
-        workdir.mkdir(parents=True, exist_ok=True)
-        built = self.engine.build(self.session.model_path, cfg, (), workdir)
-        self.builds += 1
-        try:
-            fused = built.fused_nodes
-            opt = str(built.optimized_model_path) if built.optimized_model_path else None
-        finally:
-            built.close()
-        atomic.write_json(workdir / "fused_nodes.json", [f.to_dict() for f in fused])
+        fused, opt, step = self.fused_map(self.config.with_level(level))
+        if fused is None:
+            raise RuntimeError(f"the {level} engine could not be built: {step.summary}")
         return build_units(fused, self.t.info.index), opt
 
     def prefix_search(self, cands: list[Unit], held: list[Unit], fixed: list[Unit]) -> Optional[int]:
@@ -262,10 +285,33 @@ class Bisector:
             cands = cands[:j]
         return sorted(fixed, key=lambda u: u.index)
 
+    def _seed_full_engine(self) -> None:
+        """`check` already built and judged the full engine with the same
+        inputs and tolerance: record it as the search's first step."""
+        fused = self._seed_from_check
+        if not fused or EngineConfig.from_dict(fused["config"]) != self.config:
+            return
+        key = stable_key(self.search_key, self.config.to_dict(), hashlib.sha1(b"").hexdigest())
+        if key in self._cache or not fused.get("optimized_model"):
+            return
+        outs = fused["outputs"].values()
+        worst = max(outs, key=lambda o: o["verdict"]["ratio"])
+        self._cache[key] = Step(
+            n=0, kind="full engine", region="whole graph", enabled=[],
+            config={"level": self.config.level, "disabled_optimizers": list(self.config.disabled_optimizers)},
+            marks=0, passed=fused["passed"], ratio=_finite(worst["verdict"]["ratio"]),
+            max_abs=_finite(worst["metrics"]["max_abs"]),
+            summary="PASS" if fused["passed"] else worst["summary"], builds=0, cached=True,
+            seconds=fused.get("build_seconds", 0.0), fused_in_build=len(fused["fused_nodes"]), key=key,
+            optimized=fused["optimized_model"],
+        ).to_dict()
+        self._append({**self._cache[key], "at": now_iso(), "from": "check.json"})
+
     def run(self, probe_fn: Optional[Callable] = None) -> dict:
         """Search; returns the JSON-able search result (culprits as unit indices)."""
         t0 = time.perf_counter()
         result: dict = {"started": now_iso(), "config": self.config.to_dict()}
+        self._seed_full_engine()
         full = self.evaluate("full engine", None)
         result["full_engine"] = full.to_dict()
         if full.passed:

@@ -10,7 +10,7 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, ProgressBar, Static
 
-from bisect_tui.tui.format import fmt, ratio, short
+from bisect_tui.tui.format import ratio, short
 from bisect_tui.tui.widgets.common import StatusLine, WhyPanel
 from bisect_tui.tui.widgets.culprit import CulpritPanel
 
@@ -24,15 +24,24 @@ STATUS_WORD = {
 }
 COLUMNS = [("n", "#"), ("kind", "kind"), ("region", "region"), ("marks", "marked"),
            ("builds", "builds"), ("ratio", "x tol"), ("verdict", "verdict")]
+FIXED_WIDTHS = {"n": 3, "marks": 6, "builds": 6, "ratio": 9, "verdict": 8}
 
 
-def step_row(st: dict) -> list[Text]:
+def step_row(st: dict, kind_w: int = 14, region_w: int = 16) -> list[Text]:
     verdict = "✔ pass" if st["passed"] else "✘ FAIL"
     if st.get("cached"):
         verdict += " ↺"
     return [Text(str(x)) for x in (
-        st["n"], short(st["kind"], 20), short(st["region"], 30), st["marks"], st["builds"],
+        st["n"], short(st["kind"], kind_w), short(st["region"], region_w), st["marks"], st["builds"],
         ratio(st["ratio"]), verdict)]
+
+
+def column_widths(width: int) -> tuple[int, int]:
+    """Widths of the kind and region columns that fit a table `width` cells wide."""
+    fixed = sum(FIXED_WIDTHS.values()) + 7 * 2 + 4  # fixed columns, cell padding, border + scrollbar
+    room = max(width - fixed, 24)
+    kind_w = min(20, max(12, room // 2))
+    return kind_w, max(room - kind_w, 12)
 
 
 class BisectionScreen(Screen):
@@ -50,20 +59,22 @@ class BisectionScreen(Screen):
         with Vertical(id="bis-top"):
             yield Static("", id="bis-status")
             yield ProgressBar(id="bis-progress", show_eta=False)
-        with Horizontal(id="bis-main"):
+        with Vertical(id="bis-main"):
             table = DataTable(id="bis-steps", cursor_type="row", zebra_stripes=True)
             table.border_title = "Steps (↺ = reused from the session)"
             yield table
-            with VerticalScroll(id="bis-side"):
-                yield CulpritPanel(id="culprit")
-                yield WhyPanel("bisect", id="why-bisect")
+            with Horizontal(id="bis-lower"):
+                with VerticalScroll(id="bis-side"):
+                    yield CulpritPanel(id="culprit")
+                    yield WhyPanel("bisect", id="why-inline", classes="why-inline")
+                yield WhyPanel("bisect", id="why-side", classes="why-side")
         yield StatusLine(id="status")
         yield Footer()
 
+    _ready = False
+
     def on_mount(self) -> None:
-        table = self.query_one("#bis-steps", DataTable)
-        for key, label in COLUMNS:
-            table.add_column(label, key=key)
+        self._ready = True
         self.query_one("#bis-side").border_title = "Culprit"
         self.state_changed("all")
         table.focus()
@@ -71,28 +82,45 @@ class BisectionScreen(Screen):
     # -- rendering -------------------------------------------------------------------
     def state_changed(self, what: str) -> None:
         st = self.app.state
-        if st is None or not self.is_mounted:
+        if st is None or not self._ready:
             return
         self.sub_title = self.app.header_subtitle()
         b = st.bisect
         if what == "lang":
-            self.query_one(WhyPanel).show(lang=self.app.lang)
+            for w in self.query(WhyPanel):
+                w.show(lang=self.app.lang)
             return
         table = self.query_one("#bis-steps", DataTable)
-        if what in ("all", "bisect_reset", "bisect"):
-            table.clear()
-            for s in b.steps:
-                table.add_row(*step_row(s), key=str(s["n"]))
+        if what in ("all", "bisect_reset", "bisect", "resize"):
+            self._fill_table()
         elif what == "bisect_step" and b.steps:
             s = b.steps[-1]
             if str(s["n"]) not in {str(k.value) for k in table.rows}:
-                table.add_row(*step_row(s), key=str(s["n"]))
+                table.add_row(*step_row(s, *self._widths), key=str(s["n"]))
                 table.move_cursor(row=table.row_count - 1)
         self._header(b)
         if what in ("all", "bisect_reset", "bisect", "busy", "status"):
             self.query_one(CulpritPanel).show(b.result, b.status)
         self.query_one(StatusLine).show(self.app.status_text, self.app.status_error)
         self.refresh_bindings()
+
+    _widths = (14, 16)
+
+    def _fill_table(self) -> None:
+        table = self.query_one("#bis-steps", DataTable)
+        # the table spans the screen (steps above, culprit below): size it from the
+        # terminal width, which is known before layout, so widths never depend on timing
+        self._widths = column_widths(self.app.size.width)
+        table.clear(columns=True)
+        widths = {**FIXED_WIDTHS, "kind": self._widths[0], "region": self._widths[1]}
+        for key, label in COLUMNS:
+            table.add_column(label, key=key, width=widths[key])
+        for s in self.app.state.bisect.steps:
+            table.add_row(*step_row(s, *self._widths), key=str(s["n"]))
+
+    def on_resize(self) -> None:
+        if self._ready:
+            self.call_after_refresh(self.state_changed, "resize")
 
     def _header(self, b) -> None:
         total = max(b.total, b.builds, 1)
@@ -105,6 +133,10 @@ class BisectionScreen(Screen):
         if b.status in ("cancelled", "interrupted"):
             recorded = len(b.steps) or b.recorded
             lines[0] += f"   ({recorded} step(s) recorded; r resumes)"
+        elif b.stage_text and b.status == "running":
+            lines[0] += f"   {b.stage_text}"
+        elif b.error:
+            lines[0] += f"   {b.error}"
         cand = b.candidate
         if b.result and b.result.get("culprits"):
             names = "; ".join(f"{c['op_type']} ({c['fused_node']})" for c in b.result["culprits"])
@@ -116,20 +148,16 @@ class BisectionScreen(Screen):
                 lines[-1] += f"   last: {short(last['region'], 24)} {'pass' if last['passed'] else 'FAIL'}"
         else:
             lines.append("candidate region: whole graph")
-        if b.stage_text and b.status == "running":
-            lines.append(b.stage_text)
-        elif b.error:
-            lines.append(b.error)
-        else:
-            lines.append("")
-        self.query_one("#bis-status", Static).update(Text("\n".join(lines[:3])))
+        self.query_one("#bis-status", Static).update(
+            Text("\n".join(short(line, max(self.size.width - 2, 20)) for line in lines[:2])))
 
     # -- actions -----------------------------------------------------------------------
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """True: shown; None: shown greyed out (not now); False: hidden (not relevant)."""
         busy = bool(self.app.busy)
         st = self.app.state
         if action == "cancel":
-            return True if busy else None
+            return busy
         if action == "resume":
             return None if busy else True
         if action in ("export", "copy"):
@@ -152,4 +180,4 @@ class BisectionScreen(Screen):
         self.app.pop_screen()
 
 
-__all__ = ["BisectionScreen", "fmt"]
+__all__ = ["BisectionScreen"]

@@ -40,7 +40,10 @@ class ChecklistScreen(Screen):
         yield StatusLine(id="status")
         yield Footer()
 
+    _ready = False
+
     def on_mount(self) -> None:
+        self._ready = True
         self.query_one(StepList).focus()
         self.state_changed("all")
         st = self.app.state
@@ -50,7 +53,7 @@ class ChecklistScreen(Screen):
     # -- rendering from the app state -------------------------------------------------
     def state_changed(self, what: str) -> None:
         st = self.app.state
-        if st is None or not self.is_mounted:
+        if st is None or not self._ready:
             return
         steps = self.query_one(StepList)
         steps.show_states(st.states, self.app.lang)
@@ -71,6 +74,8 @@ class ChecklistScreen(Screen):
                 self.query_one(f"#view-{step}").render_state(st)
         elif what in STEP_IDS:
             self.query_one(f"#view-{what}").render_state(st)
+            if st.states.get(what) == "running" and what != "bisect":
+                self.select(what)  # follow the work as it moves down the checklist
             if what != "bisect":
                 self.query_one("#view-bisect").render_state(st)
         self._status()
@@ -104,16 +109,19 @@ class ChecklistScreen(Screen):
 
     # -- actions --------------------------------------------------------------------
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """True: shown; None: shown greyed out (not now); False: hidden (not relevant)."""
         busy = bool(self.app.busy)
         st = self.app.state
         if action == "cancel":
-            return True if busy else None
+            return busy
         if action in ("run_next", "run_all"):
-            if busy:
-                return None
-            return True if st is None or st.next_step() else None
+            if st is not None and st.next_step() is None:
+                return False
+            return None if busy else True
         if action in ("export", "copy"):
             return None if busy or st is None or st.fused is None else True
+        if action in ("settings", "bisect", "models"):
+            return None if busy else True
         return True
 
     def action_run_next(self) -> None:

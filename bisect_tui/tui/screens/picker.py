@@ -172,20 +172,17 @@ class PickerScreen(Screen):
                 from bisect_tui.core.resume import options_from_session
 
                 opts = options_from_session(path)
-                self.post_message(Picked(opts, True))
+                self.app.post_message(Picked(opts, True))
             else:
                 from bisect_tui.core.model import load_model_info
                 from bisect_tui.core.pipeline import TriageOptions
 
                 load_model_info(path)
-                self.post_message(Picked(TriageOptions(model=path), False))
+                self.app.post_message(Picked(TriageOptions(model=path), False))
         except UserError as exc:
             self.post_message(PickFailed(str(exc)))
         except Exception as exc:  # anything else is still one line here, never a traceback
             self.post_message(PickFailed(f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"))
-
-    async def on_picked(self, message: Picked) -> None:
-        await self.app.open_options(message.options, message.resume)
 
     def on_pick_failed(self, message: PickFailed) -> None:
         self.fail(message.text)

@@ -55,6 +55,41 @@ class StepList(OptionList):
         self.highlighted = STEP_IDS.index(step)
 
 
+def wrap_cjk(text: str, width: int) -> str:
+    """Wrap mixed Chinese/Latin text to `width` cells: break between CJK characters
+    (Rich only breaks at spaces, which Chinese prose does not have)."""
+    from rich.cells import cell_len
+
+    if width < 4:
+        return text
+    tokens: list[str] = []
+    word = ""
+    for ch in text:
+        if ch == " " or cell_len(ch) == 2:
+            if word:
+                tokens.append(word)
+                word = ""
+            tokens.append(ch)
+        else:
+            word += ch
+    if word:
+        tokens.append(word)
+    lines: list[str] = []
+    line, used = "", 0
+    for tok in tokens:
+        w = cell_len(tok)
+        if used + w > width and line:
+            lines.append(line.rstrip())
+            line, used = "", 0
+            if tok == " ":
+                continue
+        line += tok
+        used += w
+    if line:
+        lines.append(line.rstrip())
+    return "\n".join(lines)
+
+
 class WhyPanel(Static):
     """"Why this matters / common pitfall" for one step, English or Chinese."""
 
@@ -82,11 +117,24 @@ class WhyPanel(Static):
             self.lang = lang
         self._render_text()
 
+    def on_resize(self) -> None:
+        if self.lang == "zh":
+            self._render_text()
+
     def _render_text(self) -> None:
         why, pitfall = WHY[self.step][self.lang]
         lw, lp = LABELS[self.lang]
         self.border_title = TITLE[self.lang]
         self.border_subtitle = TOGGLE_HINT[self.lang]
+        if self.lang == "zh":
+            width = self.content_size.width
+            if width > 0:  # wrap ourselves: Rich would only break Chinese at spaces
+                why = wrap_cjk(f"{lw}：{why}", width)
+                pitfall = wrap_cjk(f"{lp}：{pitfall}", width)
+            else:
+                why, pitfall = f"{lw}：{why}", f"{lp}：{pitfall}"
+            self.update(Text(f"{why}\n\n{pitfall}"))
+            return
         t = Text()
         t.append(f"{lw}: ", style="bold")
         t.append(why)

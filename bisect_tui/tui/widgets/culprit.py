@@ -35,9 +35,8 @@ def culprit_text(result: Optional[dict], status: str = "idle") -> Text:
         t.append(f"Culprit {i}: {c['op_type']}", style="bold")
         t.append(f"  (fused node '{c['fused_node']}')"
                  + ("  an interaction: these fuse wrong only together" if c.get("interaction") else "") + "\n")
-        t.append("  original nodes:\n", style="bold")
-        for n in c["original_nodes"]:
-            t.append(f"    {n}\n")
+        t.append("  original nodes: ", style="bold")
+        t.append(", ".join(c["original_nodes"]) + "\n")
         confirmed = bool(c.get("attribution", {}).get("confirmed"))
         t.append("  optimizer(s): ", style="bold")
         t.append(", ".join(c["optimizers"]) or "unknown")

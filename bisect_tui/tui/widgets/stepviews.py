@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from typing import Optional
 
+from rich.cells import cell_len
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Vertical
@@ -35,7 +36,7 @@ class StepView(Vertical):
     StepView { height: auto; }
     StepView > .view-title { text-style: bold; height: 1; }
     StepView > .view-text { height: auto; }
-    StepView DataTable { height: auto; max-height: 12; margin-top: 1; }
+    StepView DataTable { height: 3; margin-top: 1; }
     StepView .hidden { display: none; }
     """
 
@@ -57,11 +58,20 @@ class StepView(Vertical):
         pass
 
 
-def _fill(table: DataTable, columns: list[str], rows: list[list]) -> None:
+def _fill(table: DataTable, columns: list[str], rows: list[list], max_height: int = 12) -> None:
+    cells = [[c if isinstance(c, Text) else T(c) for c in r] for r in rows]
     table.clear(columns=True)
-    table.add_columns(*columns)
-    for r in rows:
-        table.add_row(*[c if isinstance(c, Text) else T(c) for c in r])
+    # Explicit column widths: DataTable measures new rows lazily, so its own widths
+    # (and so the screen) would depend on when the screen is drawn.
+    for i, label in enumerate(columns):
+        width = max([cell_len(label)] + [c.cell_len for c in (r[i] for r in cells)])
+        table.add_column(label, width=min(width, 40))
+    for r in cells:
+        table.add_row(*r)
+    # An explicit height (header + rows + a row for the horizontal scrollbar) instead of
+    # `auto`: the table's auto height is known only after it measured its new rows, so
+    # the layout would depend on timing.
+    table.styles.height = min(len(rows) + 2, max_height)
 
 
 class InputsView(StepView):

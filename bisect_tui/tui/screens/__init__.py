@@ -1,0 +1,1 @@
+"""One module per screen: picker, checklist, bisection, settings, help."""

@@ -1,0 +1,216 @@
+"""Engine settings form: level, precision, config entries, disabled optimizers, tolerance.
+
+Returns new TriageOptions with `dismiss(options)`, or None when cancelled.
+Every value is validated here (optimizer names against the installed engine)
+so a typo is a one-line message in the form, never a silently ignored option.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+from typing import Optional
+
+from rich.text import Text
+from textual import on, work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, VerticalScroll
+from textual.screen import ModalScreen
+from textual.widgets import Button, Input, Label, Select, Static
+
+from bisect_tui.core.errors import UserError
+from bisect_tui.core.pipeline import TriageOptions
+from bisect_tui.core.tolerance import PRESETS, ToleranceSpec, parse_tolerance
+from bisect_tui.engines.base import LEVELS, PRECISIONS, EngineConfig
+
+
+def parse_entries(text: str) -> tuple[tuple[str, str], ...]:
+    out = []
+    for item in text.replace(";", ",").replace(" ", ",").split(","):
+        item = item.strip()
+        if not item:
+            continue
+        if "=" not in item:
+            raise UserError(f"config entry {item!r}: expected KEY=VALUE")
+        k, v = item.split("=", 1)
+        if not k.strip():
+            raise UserError(f"config entry {item!r}: empty key")
+        out.append((k.strip(), v.strip()))
+    return tuple(sorted(out))
+
+
+def parse_names(text: str) -> tuple[str, ...]:
+    names = [n.strip() for n in text.replace(";", ",").replace(" ", ",").split(",")]
+    return tuple(dict.fromkeys(n for n in names if n))
+
+
+def _float(label: str, text: str) -> Optional[float]:
+    t = text.strip()
+    if not t:
+        return None
+    try:
+        return float(t)
+    except ValueError:
+        raise UserError(f"{label} {t!r} is not a number (leave it empty for the preset's value)") from None
+
+
+def _preset_of(spec: ToleranceSpec) -> tuple[str, dict[str, str]]:
+    """The preset the current tolerance starts from, and the fields that differ from it."""
+    tol = spec.default
+    base = tol.name.split("+", 1)[0]
+    if base not in PRESETS:
+        base = "fp32"
+    if tol.name == base:
+        return base, {}
+    return base, {k: ("" if getattr(tol, k) is None else f"{getattr(tol, k):g}")
+                  for k in ("atol", "rtol", "min_cosine")}
+
+
+class SettingsScreen(ModalScreen[Optional[TriageOptions]]):
+    BINDINGS = [
+        Binding("escape", "cancel", "Cancel"),
+    ]
+
+    DEFAULT_CSS = """
+    SettingsScreen { align: center middle; }
+    SettingsScreen #form {
+        width: 76; max-width: 100%; height: auto; max-height: 100%;
+        border: round $primary; padding: 0 1; background: $surface;
+    }
+    SettingsScreen .row { height: auto; margin-bottom: 0; }
+    SettingsScreen .row > Label { width: 18; padding-top: 0; }
+    SettingsScreen .row > Input, SettingsScreen .row > Select { width: 1fr; }
+    SettingsScreen #preset-desc { height: auto; color: $text-muted; margin-bottom: 1; }
+    SettingsScreen #form-error { height: auto; color: $text-error; text-style: bold; }
+    SettingsScreen #buttons { height: auto; margin-top: 1; }
+    SettingsScreen #buttons Button { margin-right: 2; }
+    """
+
+    def __init__(self, options: TriageOptions) -> None:
+        super().__init__()
+        self.options = options
+        self._known: Optional[set[str]] = None
+
+    def compose(self) -> ComposeResult:
+        c = self.options.config
+        preset, custom = _preset_of(self.options.tolerance)
+        with VerticalScroll(id="form") as form:
+            form.border_title = "Engine settings (enter applies, escape cancels)"
+            with Horizontal(classes="row"):
+                yield Label("level")
+                yield Select([(lv, lv) for lv in LEVELS], value=c.level, allow_blank=False,
+                             id="level", compact=True)
+            with Horizontal(classes="row"):
+                yield Label("precision")
+                yield Select([(p, p) for p in PRECISIONS], value=c.precision, allow_blank=False,
+                             id="precision", compact=True)
+            with Horizontal(classes="row"):
+                yield Label("config entries")
+                yield Input(", ".join(f"{k}={v}" for k, v in c.config_entries), id="entries",
+                            placeholder="key=value, ... e.g. optimization.enable_gelu_approximation=1",
+                            compact=True)
+            with Horizontal(classes="row"):
+                yield Label("disable optim.")
+                yield Input(", ".join(c.disabled_optimizers), id="disabled",
+                            placeholder="optimizer names, e.g. GeluApproximation", compact=True)
+            with Horizontal(classes="row"):
+                yield Label("tolerance preset")
+                yield Select([(name, name) for name in PRESETS], value=preset, allow_blank=False,
+                             id="preset", compact=True)
+            yield Static("", id="preset-desc")
+            for key, label in (("atol", "atol"), ("rtol", "rtol"), ("min_cosine", "min cosine")):
+                with Horizontal(classes="row"):
+                    yield Label(label)
+                    yield Input(custom.get(key, ""), id=key, placeholder="(preset value)", compact=True)
+            yield Static("", id="form-error")
+            with Horizontal(id="buttons"):
+                yield Button("Apply", id="apply", variant="primary", compact=True)
+                yield Button("Cancel", id="cancel", compact=True)
+
+    def on_mount(self) -> None:
+        self._describe_preset()
+        self.query_one("#level", Select).focus()
+        self._load_known()
+
+    @work(thread=True, exclusive=True, group="known-optimizers", exit_on_error=False)
+    def _load_known(self) -> None:
+        from bisect_tui.engines import get_engine
+
+        try:
+            known = get_engine(self.options.engine).known_optimizers()
+        except Exception:
+            known = None
+        self.app.call_from_thread(self._set_known, known)
+
+    def _set_known(self, known: Optional[set[str]]) -> None:
+        self._known = known
+
+    def _describe_preset(self) -> None:
+        name = self.query_one("#preset", Select).value
+        p = PRESETS.get(str(name))
+        if p:
+            self.query_one("#preset-desc", Static).update(
+                Text(f"{p.tolerance.describe()}\n{p.description}"))
+
+    @on(Select.Changed, "#preset")
+    def _preset_changed(self) -> None:
+        self._describe_preset()
+
+    @on(Input.Submitted)
+    def _submitted(self) -> None:
+        self.apply()
+
+    @on(Button.Pressed, "#apply")
+    def _apply_pressed(self) -> None:
+        self.apply()
+
+    @on(Button.Pressed, "#cancel")
+    def _cancel_pressed(self) -> None:
+        self.dismiss(None)
+
+    def action_cancel(self) -> None:
+        self.dismiss(None)
+
+    def error(self, text: str) -> None:
+        self.query_one("#form-error", Static).update(Text(text))
+
+    def build(self) -> TriageOptions:
+        """The options the form describes; UserError (one line) when a value is wrong."""
+        level = str(self.query_one("#level", Select).value)
+        precision = str(self.query_one("#precision", Select).value)
+        entries = parse_entries(self.query_one("#entries", Input).value)
+        disabled = parse_names(self.query_one("#disabled", Input).value)
+        if disabled:
+            known = self._known
+            if known is None:
+                from bisect_tui.engines import get_engine
+
+                known = get_engine(self.options.engine).known_optimizers()
+                self._known = known
+            unknown = [n for n in disabled if n not in known]
+            if unknown:
+                hints = difflib.get_close_matches(unknown[0], sorted(known), n=3)
+                raise UserError(
+                    f"{unknown[0]}: the installed engine does not know this optimizer and would "
+                    f"silently ignore it" + (f"; did you mean {', '.join(hints)}?" if hints else ""))
+        preset = str(self.query_one("#preset", Select).value)
+        tol = parse_tolerance(
+            preset,
+            _float("atol", self.query_one("#atol", Input).value),
+            _float("rtol", self.query_one("#rtol", Input).value),
+            _float("min cosine", self.query_one("#min_cosine", Input).value),
+        )
+        spec = ToleranceSpec(default=tol.default, overrides=self.options.tolerance.overrides)
+        config = EngineConfig(level=level, precision=precision, config_entries=entries,
+                              disabled_optimizers=disabled, providers=self.options.config.providers)
+        return dataclasses.replace(self.options, config=config, tolerance=spec)
+
+    def apply(self) -> None:
+        try:
+            opts = self.build()
+        except UserError as exc:
+            self.error(f"error: {exc}")
+            self.app.bell()
+            return
+        self.dismiss(opts)

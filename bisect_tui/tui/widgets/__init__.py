@@ -1,0 +1,1 @@
+"""Widgets of the app, each with its own DEFAULT_CSS."""

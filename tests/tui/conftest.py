@@ -1,0 +1,45 @@
+"""Fixtures for the app tests: the real app, real onnxruntime, no mocks.
+
+Every test runs in its own working directory (a tmp dir) holding a copy of the
+sample model it needs, with the session directory given as a relative path, so
+what the app shows (paths relative to the cwd) is the same on every machine:
+that keeps the snapshots deterministic.
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from tui_helpers import gelu_options  # noqa: E402
+
+
+@pytest.fixture
+def workdir(tmp_path, monkeypatch, samples) -> Path:
+    """A fresh cwd with transformer_block.onnx and deep_stack.onnx copied in."""
+    wd = tmp_path / "work"
+    wd.mkdir()
+    for name in ("transformer_block.onnx", "deep_stack.onnx"):
+        shutil.copy(samples / name, wd / name)
+    monkeypatch.chdir(wd)
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    return wd
+
+
+@pytest.fixture
+def gelu(workdir):
+    """TriageOptions for transformer_block with the Gelu approximation (it breaks fp32)."""
+    return gelu_options("transformer_block.onnx")
+
+
+@pytest.fixture(autouse=True)
+def _timing(request):
+    t0 = time.perf_counter()
+    yield
+    request.node.user_properties.append(("seconds", round(time.perf_counter() - t0, 2)))
