@@ -21,7 +21,7 @@ from bisect_tui.core.pipeline import Triage, TriageOptions
 from bisect_tui.core.tolerance import parse_tolerance
 from bisect_tui.engines.base import EngineConfig
 
-from conftest import init, make_model, vi
+from conftest import culprit_matches, init, make_model, old_ort_skip, vi
 
 GELU = (("optimization.enable_gelu_approximation", "1"),)
 
@@ -55,7 +55,8 @@ def test_single_culprit_is_exactly_the_broken_pattern(samples, cases, tmp_path, 
     assert t.fused["passed"] is False
     res = run_bisection(t)
     assert res["verdict"] == "culprits"
-    assert [c["original_nodes"] for c in res["culprits"]] == cases[case]["expected_culprits"]
+    assert len(res["culprits"]) == len(cases[case]["expected_culprits"]) == 1
+    assert culprit_matches(res["culprits"][0]["original_nodes"], cases[case]["expected_culprits"][0])
     c = res["culprits"][0]
     assert c["op_type"] == cases[case]["culprit_op_type"] == "FastGelu"
     assert "GeluApproximation" in c["optimizers"]
@@ -79,7 +80,9 @@ def test_single_culprit_is_exactly_the_broken_pattern(samples, cases, tmp_path, 
 def test_two_independent_culprits_are_both_found(samples, cases, tmp_path):
     res = run_bisection(triage_for(samples / "two_culprits.onnx", tmp_path))
     assert res["verdict"] == "culprits"
-    assert sorted(c["original_nodes"] for c in res["culprits"]) == sorted(cases["two_culprits"]["expected_culprits"])
+    found = sorted(c["original_nodes"] for c in res["culprits"])
+    expected = sorted(cases["two_culprits"]["expected_culprits"])
+    assert len(found) == 2 and all(culprit_matches(f, e) for f, e in zip(found, expected))
     assert not any(c["interaction"] for c in res["culprits"])
     assert res["workaround"]["full_engine"]["passed"]
 
@@ -91,6 +94,7 @@ def test_passing_model_yields_no_culprit(samples, tmp_path):
     assert [s["kind"] for s in res["steps"]] == ["full engine"] and res["steps"][0]["passed"]
 
 
+@old_ort_skip
 def test_fp16_layernorm_culprit(samples, cases, tmp_path):
     case = cases["layernorm_fp16"]
     t = triage_for(samples / "layernorm_fp16.onnx", tmp_path, config=EngineConfig(precision="fp16"),
@@ -175,7 +179,7 @@ def test_cancel_then_resume_reuses_steps(samples, cases, tmp_path):
     t2 = triage_for(samples / "deep_stack.onnx", tmp_path)
     res = run_bisection(t2)
     assert res["reused_steps"] >= 3
-    assert [c["original_nodes"] for c in res["culprits"]] == cases["deep_stack"]["expected_culprits"]
+    assert culprit_matches(res["culprits"][0]["original_nodes"], cases["deep_stack"]["expected_culprits"][0])
     first_three = [s for s in res["steps"][:3]]
     assert all(s["cached"] for s in first_three)
 
@@ -196,8 +200,8 @@ def test_cli_bisect_bundle_repro_exit_codes(samples, tmp_path, capsys):
         assert {"repro/repro.py", "repro/subgraph.onnx", "repro/inputs.npz", "repro/expected.npz"} <= names
         z.extractall(tmp_path / "bundle")
     sub = onnx.load(tmp_path / "bundle" / "repro" / "subgraph.onnx")
-    assert [n.name for n in sub.graph.node] == ["mlp/gelu/div", "mlp/gelu/erf", "mlp/gelu/add_one",
-                                               "mlp/gelu/mul_x", "mlp/gelu/mul_half"]
+    assert culprit_matches([n.name for n in sub.graph.node], ["mlp/gelu/div", "mlp/gelu/erf", "mlp/gelu/add_one",
+                                                             "mlp/gelu/mul_x", "mlp/gelu/mul_half"])
     repro = tmp_path / "bundle" / "repro" / "repro.py"
     bad = subprocess.run([sys.executable, str(repro)], capture_output=True, text=True)
     assert bad.returncode == 1 and "bug present" in bad.stdout
