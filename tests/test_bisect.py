@@ -214,3 +214,15 @@ def test_cli_bisect_on_passing_model_exits_0(samples, tmp_path, capsys):
     code = main(["bisect", str(samples / "cnn.onnx"), "--session", str(tmp_path / "s"), "-q"])
     assert code == 0
     assert "nothing to find" in capsys.readouterr().out
+
+
+def test_resume_survives_deleted_engine_files(samples, tmp_path):
+    import shutil
+
+    t = triage_for(samples / "transformer_block.onnx", tmp_path)
+    first = run_bisection(t)
+    shutil.rmtree(t.session.engines_dir)  # e.g. a user freeing disk space
+    t2 = triage_for(samples / "transformer_block.onnx", tmp_path)
+    again = run_bisection(t2)
+    assert [c["original_nodes"] for c in again["culprits"]] == [c["original_nodes"] for c in first["culprits"]]
+    assert again["reused_steps"] > 0 and again["probe_agrees"] is True

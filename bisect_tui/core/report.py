@@ -43,6 +43,16 @@ def cos_text(c) -> str:
     return f"{c:.8f}"
 
 
+def tolerance_text(spec: dict) -> str:
+    from bisect_tui.core.tolerance import ToleranceSpec
+
+    t = ToleranceSpec.from_dict(spec)
+    text = t.default.describe()
+    if t.overrides:
+        text += "; " + "; ".join(f"{p} -> {tol.describe()}" for p, tol in t.overrides)
+    return text
+
+
 def _mb(n: int) -> str:
     return f"{n / (1 << 20):.1f} MB"
 
@@ -114,7 +124,7 @@ def check_text(s: dict) -> str:
             + (f" config: {extra}" if extra else "") + (f" disabled: {dis}" if dis else "")
             + f"; {len(s['fused_nodes'])} fused node(s)"
         )
-        lines.append(f"tolerance: {s['tolerance']['default'].get('name', 'custom')}")
+        lines.append(f"tolerance: {tolerance_text(s['tolerance'])}")
         for name, o in s["outputs"].items():
             lines.append(output_line(name, o))
         sh = s.get("shared_tensors")
@@ -158,6 +168,7 @@ def check_markdown(s: dict) -> str:
         f"sha256 `{s['model']['sha256'][:16]}`)",
         f"- inputs: {_inputs_md(s['inputs'])}",
         f"- session directory: `{s['session']}`",
+        f"- tolerance: {tolerance_text(s['tolerance'])}",
         "",
         "## Environment",
         environment_md(s),
@@ -255,6 +266,10 @@ def bisect_text(s: dict) -> str:
                      f"{'pass' if st['passed'] else 'FAIL'} x{fmt(st['ratio'])}")
     for i, c in enumerate(b["culprits"], 1):
         lines += culprit_lines(c, i)
+    if b.get("probe_agrees") is not None:
+        lines.append("fused-graph probe: " + ("its own-error suspects match the culprits found by the search"
+                     if b["probe_agrees"] else "its suspects differ from the search's culprits "
+                     "(error amplified downstream or interactions); the search's builds decide"))
     w = b.get("workaround")
     if w and w.get("kind") == "disable_optimizers":
         fe = w["full_engine"]

@@ -32,6 +32,8 @@ async def wait_idle(pilot, timeout: float = 60.0) -> None:
     end = loop.time() + timeout
     while loop.time() < end:
         await pilot.pause(0.05)
+        if getattr(app, "_exception", None) is not None:
+            raise AssertionError(f"the app crashed: {app._exception!r}")
         if not app.busy and not [w for w in app.workers if w.group == "engine" and w.is_running]:
             await pilot.pause(0.05)
             if not app.busy:
@@ -43,6 +45,8 @@ async def wait_for(pilot, predicate, timeout: float = 30.0, what: str = "conditi
     loop = asyncio.get_running_loop()
     end = loop.time() + timeout
     while loop.time() < end:
+        if getattr(pilot.app, "_exception", None) is not None:
+            raise AssertionError(f"the app crashed: {pilot.app._exception!r}")
         if predicate():
             return
         await pilot.pause(0.01)

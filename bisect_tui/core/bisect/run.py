@@ -54,8 +54,12 @@ def run_bisection(triage, max_builds: int = 200, config=None) -> dict:
     if culprits:
         triage.progress(Progress("workaround", "testing the full engine with optimizers disabled"))
         workaround = find_workaround(bis, groups, attributions)
+    suspects = set((search.get("probe") or {}).get("suspects", []))
+    found = {i for c in search.get("culprits", []) for i in c}
     result = {
         **search,
+        # cross-check: did the one-run probe point at what the builds proved?
+        "probe_agrees": (suspects == found) if search.get("probe") and found else None,
         "culprits": culprits,
         "workaround": workaround,
         "steps": [s.to_dict() for s in bis.steps],

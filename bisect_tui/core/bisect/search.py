@@ -235,10 +235,24 @@ class Bisector:
         (one build, or none when an earlier step or run made it)."""
         extra = sorted(set(config.disabled_optimizers) - set(self.config.disabled_optimizers))
         step = self.evaluate(f"disable {', '.join(extra)}" if extra else f"engine {config.level}", None, config)
-        path = self.engine_dir(config) / "fused_nodes.json"
+        workdir = self.engine_dir(config)
+        path = workdir / "fused_nodes.json"
         if step.optimized and path.exists() and Path(step.optimized).exists():
             return [FusedNode.from_dict(d) for d in atomic.read_json(path)], step.optimized, step
-        return None, None, step
+        if step.summary.startswith("engine build failed"):
+            return None, None, step
+        # The verdict was recorded but its files are gone (deleted, or an older
+        # session): rebuild the engine once to read its map.
+        self.t.cancel.check()
+        built = self.engine.build(self.session.model_path, config, (), workdir)
+        self.builds += 1
+        try:
+            fused = built.fused_nodes
+            step.optimized = str(built.optimized_model_path)
+        finally:
+            built.close()
+        atomic.write_json(path, [f.to_dict() for f in fused])
+        return fused, step.optimized, step
 
     def units_at(self, level: str) -> tuple[list[Unit], Optional[str]]:
         fused, opt, step = self.fused_map(self.config.with_level(level))

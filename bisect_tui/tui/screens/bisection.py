@@ -77,7 +77,7 @@ class BisectionScreen(Screen):
         self._ready = True
         self.query_one("#bis-side").border_title = "Culprit"
         self.state_changed("all")
-        table.focus()
+        self.query_one("#bis-steps", DataTable).focus()
 
     # -- rendering -------------------------------------------------------------------
     def state_changed(self, what: str) -> None:
