@@ -94,6 +94,7 @@ def build_parser() -> argparse.ArgumentParser:
     r = sub.add_parser("resume", help="reopen a session directory in the app where it stopped")
     r.add_argument("session", type=Path)
     r.add_argument("--headless", action="store_true", help="resume the bisection without the app")
+    r.add_argument("-q", "--quiet", action="store_true", help="no progress output (with --headless)")
     return p
 
 
@@ -217,7 +218,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
     if args.headless:
         from bisect_tui.core.bisect.command import run_bisect_command
 
-        ns = argparse.Namespace(json=None, report=None, bundle=None, quiet=False, max_builds=200)
+        ns = argparse.Namespace(json=None, report=None, bundle=None, quiet=args.quiet, max_builds=200)
         return run_bisect_command(ns, opts)
     from bisect_tui.tui.app import make_app
 

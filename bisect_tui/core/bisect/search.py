@@ -252,6 +252,9 @@ class Bisector:
         finally:
             built.close()
         atomic.write_json(path, [f.to_dict() for f in fused])
+        record = {**self._cache.get(step.key, step.to_dict()), "optimized": step.optimized}
+        self._cache[step.key] = record
+        self._append({**record, "at": now_iso()})  # the later line for a key wins on resume
         return fused, step.optimized, step
 
     def units_at(self, level: str) -> tuple[list[Unit], Optional[str]]:
