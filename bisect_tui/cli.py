@@ -175,6 +175,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     finally:
         progress.close()
     print(check_text(summary))
+    triage.session.write_json("report.json", summary)
     if args.json:
         atomic.write_json(args.json, summary)
     if args.report:

@@ -166,7 +166,7 @@ def test_cancel_then_resume_reuses_steps(samples, cases, tmp_path):
     seen = []
 
     def progress(p):
-        if p.stage == "bisect":
+        if p.stage == "bisect" and "step" in p.data:
             seen.append(p.data["step"]["n"])
             if len(seen) == 3:
                 token.cancel()

@@ -367,5 +367,4 @@ class Triage:
             "shared_tensors": self.fused.get("shared_tensors") if self.fused else None,
             "versions": {**versions(), **get_engine(self.opts.engine).versions()},
         }
-        self.session.write_json("report.json", out)
         return out

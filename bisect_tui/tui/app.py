@@ -408,7 +408,7 @@ class BisectApp(App[int]):
                 result = t.session.read_json("bisect/result.json")
                 if result:
                     self.post_message(BisectFinished(result, t.summary(), loaded=True))
-            elif bisect_state == "running":
+            elif bisect_state in ("running", "cancelled"):
                 path = t.session.bisect_dir / "steps.jsonl"
                 n = len(path.read_text(encoding="utf-8").splitlines()) if path.exists() else 0
                 self.post_message(BisectInterrupted(n))

@@ -55,10 +55,6 @@ class StepStopped(Message):
         self.text = text
 
 
-class BisectStarted(Message):
-    pass
-
-
 class BisectStep(Message):
     """One step of the search (never coalesced: every row of the table matters)."""
 

@@ -42,7 +42,7 @@ async def test_cancel_then_resume(workdir):
             assert "– cancelled" in screen_text(app)
             assert "r resumes" in app.status_text
             meta = json.loads((sess / "session.json").read_text())
-            assert meta["steps"]["bisect"]["state"] == "running"  # what `resume` sees
+            assert meta["steps"]["bisect"]["state"] == "cancelled"  # what `resume` sees
 
     if status == "cancelled":
         # a new app on the session directory: reopens on the interrupted bisection

@@ -11,6 +11,7 @@ from bisect_tui.core.bisect.probe import run_probe
 from bisect_tui.core.bisect.search import Bisector
 from bisect_tui.core.bisect.units import Unit
 from bisect_tui.core.cancel import Progress
+from bisect_tui.core.errors import Cancelled
 from bisect_tui.core.session import now_iso
 
 
@@ -24,7 +25,11 @@ def run_bisection(triage, max_builds: int = 200, config=None) -> dict:
     def probe(optimized: str, units: list[Unit]) -> dict:
         return run_probe(triage, optimized, units)
 
-    search = bis.run(probe)
+    try:
+        search = bis.run(probe)
+    except Cancelled:
+        triage.session.mark_step("bisect", "cancelled", steps=len(bis.steps))
+        raise
     units = [Unit.from_dict(u) for u in search.get("units", [])]
     by_idx = {u.index: u for u in units}
     level_cfg = bis.config.with_level(search.get("level", bis.config.level))

@@ -160,6 +160,11 @@ class Bisector:
         self.t.cancel.check()
         if self.builds >= self.max_builds:
             raise BuildBudgetExceeded(self.max_builds)
+        self.t.progress(Progress(
+            "bisect", f"step {len(self.steps) + 1}: building {kind}: {region}",
+            self.builds, max(self.expected_builds, self.builds + 1),
+            {"building": {"n": len(self.steps) + 1, "kind": kind, "region": region, "enabled": ids}},
+        ))
         t0 = time.perf_counter()
         fused_count = None
         optimized = None

@@ -9,7 +9,6 @@ from typing import Optional
 from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
-from textual.binding import Binding
 from textual.containers import Vertical
 from textual.message import Message
 from textual.screen import Screen
@@ -64,10 +63,6 @@ class PickFailed(Message):
 
 class PickerScreen(Screen):
     """Choose a model (or a session to resume); a bad path is one line, never a crash."""
-
-    BINDINGS = [
-        Binding("tab", "focus_next", "Next field", show=False),
-    ]
 
     DEFAULT_CSS = """
     PickerScreen #picker { height: 1fr; padding: 0 1; }

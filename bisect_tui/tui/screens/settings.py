@@ -70,6 +70,8 @@ def _preset_of(spec: ToleranceSpec) -> tuple[str, dict[str, str]]:
 class SettingsScreen(ModalScreen[Optional[TriageOptions]]):
     BINDINGS = [
         Binding("escape", "cancel", "Cancel"),
+        # q closes the form instead of quitting the app (inputs still type a q)
+        Binding("q", "cancel", "Cancel", show=False),
     ]
 
     DEFAULT_CSS = """
