@@ -89,6 +89,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_model_options(b)
     b.add_argument("--bundle", type=Path, metavar="FILE.zip", help="write a minimal repro bundle")
     b.add_argument("--max-builds", type=int, default=200, help="stop after this many engine builds")
+    b.add_argument("--max-culprits", type=int, default=5,
+                   help="stop after this many culprits (default 5; many usually means amplified rounding)")
     tu = sub.add_parser("tui", help="open the app on a model")
     _add_model_options(tu)
     r = sub.add_parser("resume", help="reopen a session directory in the app where it stopped")
@@ -219,7 +221,8 @@ def cmd_resume(args: argparse.Namespace) -> int:
     if args.headless:
         from bisect_tui.core.bisect.command import run_bisect_command
 
-        ns = argparse.Namespace(json=None, report=None, bundle=None, quiet=args.quiet, max_builds=200)
+        ns = argparse.Namespace(json=None, report=None, bundle=None, quiet=args.quiet, max_builds=200,
+                                max_culprits=5)
         return run_bisect_command(ns, opts)
     from bisect_tui.tui.app import make_app
 

@@ -21,7 +21,7 @@ from bisect_tui.core.pipeline import Triage, TriageOptions
 from bisect_tui.core.tolerance import parse_tolerance
 from bisect_tui.engines.base import EngineConfig
 
-from conftest import culprit_matches, init, make_model, old_ort_skip, vi
+from conftest import REPO, culprit_matches, init, make_model, old_ort_skip, vi
 
 GELU = (("optimization.enable_gelu_approximation", "1"),)
 
@@ -226,3 +226,31 @@ def test_resume_survives_deleted_engine_files(samples, tmp_path):
     again = run_bisection(t2)
     assert [c["original_nodes"] for c in again["culprits"]] == [c["original_nodes"] for c in first["culprits"]]
     assert again["reused_steps"] > 0 and again["probe_agrees"] is True
+
+
+def test_amplifying_model_is_flagged_not_blamed(tmp_path):
+    """A 40-block stack amplifies FP32 rounding: default fusions alone break the
+    FP32 tolerance. The sensitivity check says so before the search, the search
+    stops at --max-culprits instead of blaming every fusion, and each culprit's
+    isolated evidence shows it is no worse than the unfused FP32 ops."""
+    sys.path.insert(0, str(REPO / "sample_models"))
+    import build
+
+    g, _ = build._stack("amp", 7, 40, set())
+    onnx.save(g.model("amplifying stack"), tmp_path / "amp.onnx")
+    t = triage_for(tmp_path / "amp.onnx", tmp_path, config=EngineConfig())
+    assert t.fused["passed"] is False
+    sens = t.fused["sensitivity"]
+    assert sens["amplifies"] is True and sens["ratio"] > 1
+    res = run_bisection(t, max_culprits=2)
+    assert res["stopped"] == "max_culprits" and len(res["culprits"]) == 2
+    assert "amplifying" in res["stopped_reason"]
+    assert all(c["amplified"] for c in res["culprits"])
+
+
+def test_well_conditioned_model_is_not_flagged(samples, tmp_path):
+    t = triage_for(samples / "transformer_block.onnx", tmp_path)
+    sens = t.fused["sensitivity"]
+    assert sens["amplifies"] is False and sens["ratio"] < 0.5
+    res = run_bisection(t)
+    assert res["culprits"][0]["amplified"] is False and "stopped" not in res

@@ -201,3 +201,58 @@ def check_ranges(
     if session is not None:
         session.write_json("range_check.json", result)
     return result
+
+
+def check_sensitivity(info: ModelInfo, session: Session, inputs: InputSet, manifest: dict,
+                      tolerance, key: str) -> dict:
+    """How far the unfused FP32 outputs move when every float input moves by one ulp.
+
+    A fused kernel that only reorders FP32 arithmetic perturbs activations by
+    about that much. If the model amplifies such noise beyond the tolerance,
+    *every* fusion will look guilty; the search and its isolated evidence must
+    then be read with that in mind."""
+    cached = session.read_json("sensitivity.json")
+    if cached and cached.get("key") == key:
+        return cached
+    from bisect_tui.core.baseline import load_tensor
+    from bisect_tui.core.runner import make_session
+    from bisect_tui.core.tolerance import judge_arrays
+
+    rng = np.random.default_rng(12345)
+    feeds_all = {}
+    for name, arr in inputs.arrays.items():
+        if arr.dtype.kind == "f":
+            toward = np.where(rng.random(arr.shape) < 0.5, -np.inf, np.inf).astype(arr.dtype)
+            feeds_all[name] = np.nextafter(arr, toward)
+        else:
+            feeds_all[name] = arr
+    if not any(a.dtype.kind == "f" for a in inputs.arrays.values()):
+        result = {"key": key, "skipped": "no floating-point input to perturb"}
+        session.write_json("sensitivity.json", result)
+        return result
+    sess = make_session(info.model, "disable")
+    names = [o.name for o in sess.get_outputs()]
+    runs = [dict(zip(names, sess.run(names, {n: a[k] for n, a in feeds_all.items()})))
+            for k in range(inputs.samples)]
+    outputs = {}
+    for name in names:
+        ref = np.asarray(load_tensor(session, manifest, name))
+        metrics, verdict = judge_arrays(ref, np.stack([r[name] for r in runs]), tolerance.for_output(name))
+        outputs[name] = {"max_abs": metrics["max_abs"], "ratio": verdict.ratio, "passed": verdict.passed}
+    worst = max((o["ratio"] for o in outputs.values()), default=0.0)
+    result = {
+        "key": key,
+        "perturbation": "every float input moved by 1 ulp (random direction)",
+        "outputs": outputs,
+        "ratio": worst,
+        "amplifies": worst > 1,
+    }
+    if worst > 1:
+        result["advice"] = (
+            f"a 1-ulp change of the inputs moves the unfused FP32 outputs to {worst:.3g}x the tolerance: "
+            "the model amplifies rounding noise, so fused kernels that merely reorder FP32 arithmetic "
+            "break this tolerance too. Loosen the tolerance, or judge culprits by their isolated "
+            "evidence (fused vs float64 truth)."
+        )
+    session.write_json("sensitivity.json", result)
+    return result

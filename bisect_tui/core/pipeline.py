@@ -253,7 +253,7 @@ class Triage:
             self.run_baseline()
         assert self.info and self.session and self.inputs and self.baseline
         config = config or self.opts.config
-        key = stable_key("fused/v2", self.baseline.manifest["key"], self.opts.engine, self.opts.compare_tensors,
+        key = stable_key("fused/v3", self.baseline.manifest["key"], self.opts.engine, self.opts.compare_tensors,
                          config.to_dict(), self.opts.tolerance.to_dict(), self.opts.topk)
         cached = self.session.read_json("check.json")
         if cached and cached.get("key") == key:
@@ -299,10 +299,17 @@ class Triage:
             probe = run_probe(self, optimized, [])
             shared = {k: probe[k] for k in ("tensors_compared", "first_failing_tensor", "worst_tensors")}
             shared["failing"] = probe["failing_count"]
+        from bisect_tui.core.checks import check_sensitivity
+
+        self.progress(Progress("fused", "sensitivity: baseline with inputs moved by 1 ulp"))
+        sensitivity = check_sensitivity(
+            self.info, self.session, self.inputs, self.baseline.manifest, self.opts.tolerance,
+            stable_key("sensitivity/v1", self.baseline.manifest["key"], self.opts.tolerance.to_dict()))
         result = {
             "key": key,
             "checked_at": now_iso(),
             "engine": self.opts.engine,
+            "sensitivity": sensitivity,
             "config": config.to_dict(),
             "passed": passed,
             "outputs": outputs,
@@ -365,6 +372,7 @@ class Triage:
             "failing_outputs": self.fused["failing_outputs"] if self.fused else [],
             "fused_nodes": self.fused["fused_nodes"] if self.fused else [],
             "shared_tensors": self.fused.get("shared_tensors") if self.fused else None,
+            "sensitivity": self.fused.get("sensitivity") if self.fused else None,
             "versions": {**versions(), **get_engine(self.opts.engine).versions()},
         }
         return out

@@ -127,6 +127,12 @@ def check_text(s: dict) -> str:
         lines.append(f"tolerance: {tolerance_text(s['tolerance'])}")
         for name, o in s["outputs"].items():
             lines.append(output_line(name, o))
+        sens = s.get("sensitivity") or {}
+        if "ratio" in sens:
+            lines.append(
+                f"sensitivity: a 1-ulp input change moves the FP32 outputs to x{fmt(sens['ratio'])} of the "
+                + ("tolerance: the model amplifies rounding noise, every reordering kernel will look guilty"
+                   if sens["amplifies"] else "tolerance (well below it: fusion error is what the check sees)"))
         sh = s.get("shared_tensors")
         if sh:
             if sh["first_failing_tensor"]:
@@ -248,6 +254,9 @@ def culprit_lines(c: dict, i: int) -> list[str]:
                      f"unfused FP32 {fmt(o['unfused_vs_truth']['max_abs'])} "
                      f"({fmt(o['error_ratio'])}x the FP32 error{', fused is worse' if o['fused_worse'] else ''})")
         lines.append(line)
+    if c.get("amplified"):
+        lines.append("  note: in isolation this fused op is no further from the float64 truth than the unfused "
+                     "FP32 ops; its error is FP32 rounding that the rest of the model amplifies")
     if c["worst_elements"]:
         w = c["worst_elements"][0]
         lines.append(f"  worst element {w['index']}: truth {fmt(w['truth'])}, unfused {fmt(w['unfused'])}, "
@@ -281,6 +290,8 @@ def bisect_text(s: dict) -> str:
         lines.append(f"workaround: none found ({w['how']})")
     if b.get("explanation"):
         lines.append(b["explanation"])
+    if b.get("stopped_reason"):
+        lines.append(b["stopped_reason"])
     return "\n".join(lines)
 
 
@@ -306,6 +317,8 @@ def bisect_markdown(s: dict) -> str:
                                      for w in c["worst_elements"]]), ""]
     if b.get("explanation"):
         parts += [b["explanation"], ""]
+    if b.get("stopped_reason"):
+        parts += [f"**Stopped early:** {b['stopped_reason']}", ""]
     parts += ["### Steps", _md_table(
         ["step", "kind", "region", "marked", "builds", "x tolerance", "max abs", "verdict"],
         [[st["n"], st["kind"], st["region"], st["marks"], st["builds"], fmt(st["ratio"]), fmt(st["max_abs"]),

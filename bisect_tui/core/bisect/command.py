@@ -28,7 +28,8 @@ def run_bisect_command(args, opts) -> int:
             progress.close()
             print(check_text(summary))
             return summary["exit_code"]
-        result = run_bisection(triage, max_builds=getattr(args, "max_builds", 200))
+        result = run_bisection(triage, max_builds=getattr(args, "max_builds", 200),
+                               max_culprits=getattr(args, "max_culprits", 5))
     finally:
         progress.close()
     from bisect_tui.core.plots import write_plots

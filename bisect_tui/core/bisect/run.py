@@ -8,19 +8,19 @@ from typing import Optional
 from bisect_tui.core.bisect.attribution import attribute, find_workaround
 from bisect_tui.core.bisect.isolate import isolate
 from bisect_tui.core.bisect.probe import run_probe
-from bisect_tui.core.bisect.search import Bisector
+from bisect_tui.core.bisect.search import Bisector, BuildBudgetExceeded
 from bisect_tui.core.bisect.units import Unit
 from bisect_tui.core.cancel import Progress
 from bisect_tui.core.errors import Cancelled
 from bisect_tui.core.session import now_iso
 
 
-def run_bisection(triage, max_builds: int = 200, config=None) -> dict:
+def run_bisection(triage, max_builds: int = 200, config=None, max_culprits: int = 5) -> dict:
     """Run (or resume) the bisection; writes bisect/result.json and returns it."""
     if triage.fused is None:
         triage.run_fused()
     triage.session.mark_step("bisect", "running")
-    bis = Bisector(triage, config, max_builds)
+    bis = Bisector(triage, config, max_builds, max_culprits)
 
     def probe(optimized: str, units: list[Unit]) -> dict:
         return run_probe(triage, optimized, units)
@@ -44,7 +44,10 @@ def run_bisection(triage, max_builds: int = 200, config=None) -> dict:
         attributions.append(attr)
         lead = group[-1]
         first_out = next(iter(iso["outputs"].values()), {})
+        worse = [o.get("fused_worse") for o in iso["outputs"].values() if "fused_worse" in o]
         culprits.append({
+            # no further from float64 than FP32: the model amplifies rounding, the kernel is fine
+            "amplified": bool(worse) and not any(worse),
             "fused_node": lead.fused_node if len(group) == 1 else " + ".join(u.fused_node for u in group),
             "op_type": lead.op_type if len(group) == 1 else " + ".join(u.op_type for u in group),
             "original_nodes": [n for u in group for n in u.original_nodes],
@@ -58,7 +61,11 @@ def run_bisection(triage, max_builds: int = 200, config=None) -> dict:
     workaround = None
     if culprits:
         triage.progress(Progress("workaround", "testing the full engine with optimizers disabled"))
-        workaround = find_workaround(bis, groups, attributions)
+        try:
+            workaround = find_workaround(bis, groups, attributions)
+        except BuildBudgetExceeded as exc:
+            workaround = {"kind": None, "disabled_optimizers": [], "full_engine": None, "tried": [],
+                          "how": str(exc)}
     suspects = set((search.get("probe") or {}).get("suspects", []))
     found = {i for c in search.get("culprits", []) for i in c}
     result = {

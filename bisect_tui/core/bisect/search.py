@@ -76,10 +76,12 @@ class SearchState:
 class Bisector:
     """Runs the search for one Triage (baseline done) and one engine config."""
 
-    def __init__(self, triage, config: Optional[EngineConfig] = None, max_builds: int = 200):
+    def __init__(self, triage, config: Optional[EngineConfig] = None, max_builds: int = 200,
+                 max_culprits: int = 5):
         self.t = triage
         self.config = config or triage.opts.config
         self.max_builds = max_builds
+        self.max_culprits = max_culprits
         self.session = triage.session
         self.engine = triage.engine
         self.dir = self.session.bisect_dir
@@ -372,6 +374,7 @@ class Bisector:
         held: list[Unit] = []
         culprits: list[list[Unit]] = []
         self.config, saved = cfg_level, self.config
+        stopped = None
         try:
             while True:
                 remaining = [u for u in searchable if u not in held]
@@ -381,17 +384,34 @@ class Bisector:
                                       remaining, held=held)
                 if check.passed:
                     break
+                if len(culprits) >= self.max_culprits:
+                    stopped = "max_culprits"
+                    break
                 found = self.find_one(remaining, held, seeds)
                 if not found:
                     break
                 culprits.append(found)
                 held.extend(found)
                 self.expected_builds = self.builds + max(1, math.ceil(math.log2(max(len(remaining), 1)))) + 2
+        except BuildBudgetExceeded:
+            stopped = "max_builds"
         finally:
             self.config = saved
         result["culprits"] = [[u.index for u in c] for c in culprits]
         result["verdict"] = "culprits" if culprits else "no_culprit"
-        if not culprits:
+        if stopped:
+            remaining = [u for u in searchable if u not in held]
+            result["stopped"] = stopped
+            result["stopped_reason"] = (
+                f"stopped after {len(culprits)} culprit(s) (--max-culprits) with the remaining "
+                f"{len(remaining)} fused node(s) still failing together"
+                if stopped == "max_culprits" else
+                f"stopped after {self.builds} engine builds (--max-builds) with "
+                f"{len(culprits)} culprit(s) found"
+            ) + ("; when many fused nodes each break tolerance alone, the model is likely amplifying "
+                 "FP32 rounding differences: see the sensitivity check and each culprit's isolated "
+                 "evidence")
+        if not culprits and not stopped:
             result["explanation"] = (
                 "every fused node passes on its own and together once marked; the failure needs "
                 "the unmarked engine (e.g. a fusion spanning several marked tensors)"

@@ -354,12 +354,20 @@ class ComparisonView(StepView):
         n_fail = len(f["failing_outputs"])
         verdict = ("✔ PASS: every output within tolerance" if f["passed"]
                    else f"✘ FAIL: {n_fail} of {len(f['outputs'])} output(s) break tolerance; press b to bisect")
+        sens = f.get("sensitivity") or {}
+        sens_line = ""
+        if sens.get("amplifies"):
+            sens_line = (f"\n⚠ sensitivity: a 1-ulp input change moves the FP32 outputs to x{fmt(sens['ratio'])} "
+                         "of the tolerance: the model amplifies rounding, every fusion may look guilty")
+        sh = f.get("shared_tensors") or {}
+        if sh.get("first_failing_tensor"):
+            sens_line += f"\nfirst tensor out of tolerance inside the fused graph: {sh['first_failing_tensor']}"
         text.update(T(
             f"engine {f['engine']} level={c['level']} precision={c['precision']}"
             + (f" {entries}" if entries else "")
             + (f" disabled={','.join(c.get('disabled_optimizers') or [])}" if c.get("disabled_optimizers") else "")
             + f"\n{len(f['fused_nodes'])} fused node(s) of {f['optimized_nodes']} in the optimized graph "
-            f"({f['original_nodes']} original)\n{verdict}"
+            f"({f['original_nodes']} original)\n{verdict}" + sens_line
         ))
         self._names = list(f["outputs"])
         rows = []
