@@ -21,7 +21,7 @@ from bisect_tui.core.pipeline import Triage, TriageOptions
 from bisect_tui.core.tolerance import parse_tolerance
 from bisect_tui.engines.base import EngineConfig
 
-from conftest import REPO, culprit_matches, init, make_model, old_ort_skip, vi
+from testlib import REPO, culprit_matches, init, make_model, old_ort_skip, vi
 
 GELU = (("optimization.enable_gelu_approximation", "1"),)
 

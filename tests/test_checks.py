@@ -9,7 +9,7 @@ from onnx import helper
 from bisect_tui.core.checks import parse_ranges
 from bisect_tui.core.pipeline import Triage, TriageOptions
 
-from conftest import init, make_model, vi
+from testlib import init, make_model, vi
 
 
 def _run(path, tmp_path, **kw):

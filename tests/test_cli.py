@@ -14,7 +14,7 @@ import pytest
 
 from bisect_tui.cli import main
 
-from conftest import OLD_ORT_FUSIONS, REPO, culprit_matches, make_model, vi
+from testlib import OLD_ORT_FUSIONS, REPO, culprit_matches, make_model, vi
 
 GELU = ["--ort-config", "optimization.enable_gelu_approximation=1"]
 

@@ -11,7 +11,7 @@ from bisect_tui.core.errors import UserError
 from bisect_tui.core.inputs import generate_inputs, load_inputs, parse_shapes, resolve_shapes
 from bisect_tui.core.model import load_model_info
 
-from conftest import init, make_model, vi
+from testlib import init, make_model, vi
 
 
 @pytest.fixture

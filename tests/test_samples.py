@@ -32,7 +32,7 @@ import pytest
 
 ort = pytest.importorskip("onnxruntime")
 
-from conftest import old_ort_skip  # noqa: E402
+from testlib import old_ort_skip  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 BUILD = REPO / "sample_models" / "build.py"

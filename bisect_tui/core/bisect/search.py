@@ -183,14 +183,14 @@ class Bisector:
         else:
             try:
                 per_sample = [built.run(self.t.inputs.feeds(k)) for k in range(self.t.inputs.samples)]
-                try:
-                    fused = built.fused_nodes
-                    fused_count = sum(1 for n in fused if n.is_fused)
-                    if workdir is not None:
+                if workdir is not None:  # marked builds skip the map: it costs as much as a build
+                    try:
+                        fused = built.fused_nodes
+                        fused_count = sum(1 for n in fused if n.is_fused)
                         atomic.write_json(workdir / "fused_nodes.json", [f.to_dict() for f in fused])
                         optimized = str(built.optimized_model_path)
-                except Exception:  # the map is informative only; never fail a step on it
-                    fused_count = None
+                    except Exception:  # the map is informative here; never fail a step on it
+                        fused_count = None
             finally:
                 built.close()
             j = self.judge.judge(per_sample)

@@ -1,0 +1,51 @@
+"""The UI thread stays free while a big model is dumped and bisected: keys are
+answered during the work (engine work runs in thread workers)."""
+
+from __future__ import annotations
+
+import sys
+
+import onnx
+import pytest
+
+from bisect_tui.tui.app import make_app
+from tui_helpers import gelu_options, wait_for, wait_idle
+
+from testlib import REPO
+
+
+@pytest.fixture
+def big_model(tmp_path):
+    """~2,400 nodes: 200 blocks of MatMul+Add, Relu/erf-Gelu, decomposed LayerNorm."""
+    sys.path.insert(0, str(REPO / "sample_models"))
+    import build
+
+    g, _ = build._stack("big", 3, 200, {120})
+    path = tmp_path / "big.onnx"
+    onnx.save(g.model("responsiveness"), path)
+    return path
+
+
+async def test_keys_answered_during_baseline_and_bisection(big_model, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    opts = gelu_options(str(big_model), "sess")
+    opts.samples = 6  # enough work that it is still running while keys are pressed
+    app = make_app(options=opts)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("a")  # every check, starting with the baseline of ~2,400 tensors
+        await wait_for(pilot, lambda: app.busy, what="work to start")
+        answered = 0
+        for _ in range(3):  # each key takes effect while the worker still runs
+            before = app.lang
+            await pilot.press("l")
+            await wait_for(pilot, lambda: app.lang != before, timeout=2.0, what="the language key")
+            answered += bool(app.busy)
+        assert answered >= 1, "the work finished before any key could be checked"
+        await wait_idle(pilot, timeout=240)
+        await pilot.press("b")
+        await wait_for(pilot, lambda: app.busy, what="the bisection to start")
+        before = app.lang
+        await pilot.press("l")
+        await wait_for(pilot, lambda: app.lang != before, timeout=2.0, what="the language key")
+        assert bool(app.busy)  # answered while the search was still building engines
+        await wait_idle(pilot, timeout=240)
