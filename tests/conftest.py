@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
-from onnx import TensorProto, helper, numpy_helper
+from onnx import helper
 
 from testlib import REPO, init, make_model, vi  # noqa: F401  (re-exported for fixtures)
 

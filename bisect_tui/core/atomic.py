@@ -68,12 +68,6 @@ def read_json(path: Path) -> Any:
         return json.load(fh)
 
 
-def save_npy(path: Path, array: np.ndarray) -> None:
-    buf = io.BytesIO()
-    np.save(buf, np.ascontiguousarray(array), allow_pickle=False)
-    _atomic_write(path, buf.getvalue())
-
-
 def save_npz(path: Path, arrays: dict[str, np.ndarray]) -> None:
     buf = io.BytesIO()
     np.savez(buf, **arrays)

@@ -10,11 +10,10 @@ from __future__ import annotations
 import re
 from collections import defaultdict
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Iterable, Optional
 
 import onnx
-from onnx import helper, shape_inference
+from onnx import shape_inference
 
 _SAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
@@ -205,10 +204,3 @@ def mark_outputs(
         have.add(t)
     return m
 
-
-def load_model(path: Path | str, load_external: bool = True) -> onnx.ModelProto:
-    return onnx.load(str(path), load_external_data=load_external)
-
-
-def make_tensor_value_info(name: str, elem_type: int, shape) -> onnx.ValueInfoProto:
-    return helper.make_tensor_value_info(name, elem_type, shape)

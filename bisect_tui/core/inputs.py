@@ -15,7 +15,7 @@ from typing import Optional, Sequence
 import numpy as np
 
 from bisect_tui.core.errors import UserError
-from bisect_tui.core.model import InputSpec, ModelInfo
+from bisect_tui.core.model import ModelInfo
 
 _SHAPE_RE = re.compile(r"^\s*([^=]+?)\s*=\s*([0-9]+(?:\s*[x,*]\s*[0-9]+)*)\s*$")
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional, Union
+from typing import Union
 
 import numpy as np
 import onnx
@@ -164,7 +164,3 @@ def save_prepared(info: ModelInfo, dest: Path) -> Path:
             location=dest.name + ".data",
         )
     return dest
-
-
-def input_spec_by_name(info: ModelInfo, name: str) -> Optional[InputSpec]:
-    return next((s for s in info.inputs if s.name == name), None)

@@ -24,7 +24,7 @@ from bisect_tui.core.baseline import (
 )
 from bisect_tui.core.cancel import CancelToken, Progress, ProgressFn, no_progress
 from bisect_tui.core.checks import check_determinism, check_ranges
-from bisect_tui.core.errors import ExitCode, UserError
+from bisect_tui.core.errors import ExitCode
 from bisect_tui.core.inputs import (
     InputSet,
     generate_inputs,

@@ -336,7 +336,7 @@ def bisect_markdown(s: dict) -> str:
         parts.append("")
     parts += ["### How to reproduce", "```",
               "unzip bundle.zip && python repro/repro.py        # exits 1 while the bug is present",
-              *([f"python repro/repro.py " + " ".join(f"--disable {n}" for n in w["disabled_optimizers"])
+              *(["python repro/repro.py " + " ".join(f"--disable {n}" for n in w["disabled_optimizers"])
                  + "   # exits 0 with the workaround"] if w and w.get("disabled_optimizers") else []),
               "```", "", f"**Verdict: {b['verdict']}**"]
     return "\n".join(parts) + "\n"

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import gc
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Callable, Iterable, Optional, Protocol
 
 import numpy as np
@@ -216,11 +215,3 @@ def run_groups(
             )
         )
     return GroupRun(len(groups), total, skipped)
-
-
-def run_once(model_path: Path, inputs: InputSet, level: str = "disable") -> list[dict[str, np.ndarray]]:
-    """All graph outputs for every sample, no marking."""
-    model = onnx.load(str(model_path))
-    sess = make_session(model, level)
-    names = [o.name for o in sess.get_outputs()]
-    return [dict(zip(names, sess.run(names, inputs.feeds(k)))) for k in range(inputs.samples)]

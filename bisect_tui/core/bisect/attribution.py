@@ -15,7 +15,6 @@ from typing import Optional
 
 from bisect_tui.core.bisect.units import Unit, marks_for
 from bisect_tui.core import atomic
-from bisect_tui.core.errors import UserError
 from bisect_tui.core.session import stable_key
 
 _CAMEL = re.compile(r"[A-Z][a-z0-9]+|[A-Z]+(?![a-z])")

@@ -9,7 +9,6 @@ is really further from the truth than the unfused FP32 ops, and by how much.
 
 from __future__ import annotations
 
-import tempfile
 from pathlib import Path
 from typing import Optional
 
@@ -218,7 +217,3 @@ def isolate(triage, units: list[Unit], config, out_dir: Path) -> dict:
 
 def _brief(m: dict) -> dict:
     return {k: m.get(k) for k in ("max_abs", "mean_abs", "rmse", "max_rel", "cosine", "snr_db")}
-
-
-def temp_dir() -> Path:
-    return Path(tempfile.mkdtemp(prefix="bisect_tui_iso_"))

@@ -3,7 +3,6 @@ workaround. Shared by `bisect-tui bisect`, `resume --headless` and the app."""
 
 from __future__ import annotations
 
-from typing import Optional
 
 from bisect_tui.core.bisect.attribution import attribute, find_workaround
 from bisect_tui.core.bisect.isolate import isolate
