@@ -99,3 +99,17 @@ def test_corrupted_tensor_file_is_not_trusted(tiny_model, tmp_path):
     t2.prepare()
     assert not t2.run_baseline().reused
     assert np.load(f).shape == (1, 2, 8)
+
+
+def test_models_over_the_protobuf_limit_load_through_external_data(tiny_model, tmp_path, monkeypatch):
+    """Models above 2 GB cannot be serialized in one protobuf; the runner then
+    writes the weights to an external file. Exercised by lowering the limit."""
+    from bisect_tui.core import runner
+
+    small = _triage(tiny_model, tmp_path, "normal")
+    small.prepare()
+    expected = [e["sha256"] for e in small.run_baseline().manifest["tensors"]]
+    monkeypatch.setattr(runner, "PROTO_LIMIT", 10)
+    big = _triage(tiny_model, tmp_path, "external")
+    big.prepare()
+    assert [e["sha256"] for e in big.run_baseline().manifest["tensors"]] == expected

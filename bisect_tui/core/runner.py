@@ -22,6 +22,7 @@ from bisect_tui.core.graph import mark_outputs, tensor_types
 from bisect_tui.core.inputs import InputSet
 
 MB = 1 << 20
+PROTO_LIMIT = 1_800_000_000  # protobuf refuses to serialize 2 GiB; keep a margin
 
 
 def default_max_memory() -> int:
@@ -155,9 +156,17 @@ def make_session(model: onnx.ModelProto, level: str = "disable", threads: int = 
     if threads:
         so.intra_op_num_threads = threads
     so.log_severity_level = 3
-    data = model.SerializeToString()
     try:
-        return ort.InferenceSession(data, so, providers=["CPUExecutionProvider"])
+        if model.ByteSize() < PROTO_LIMIT:
+            return ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+        # A protobuf message cannot exceed 2 GB: weights go to an external file.
+        import tempfile
+
+        with tempfile.TemporaryDirectory(prefix="bisect_tui_big_") as tmp:
+            path = f"{tmp}/model.onnx"
+            onnx.save_model(model, path, save_as_external_data=True, all_tensors_to_one_file=True,
+                            location="model.onnx.data")
+            return ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
     except Exception as exc:
         msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise UserError(f"ONNX Runtime could not load the model: {msg[:300]}") from None
