@@ -209,6 +209,10 @@ def cmd_tui(args: Optional[argparse.Namespace]) -> int:
     from bisect_tui.tui.app import make_app
 
     opts = options_from_args(args) if args is not None and getattr(args, "model", None) else None
+    if opts is not None:
+        from bisect_tui.core.model import load_model_info
+
+        load_model_info(opts.model)  # a bad path fails here with one line, before the screen opens
     app = make_app(options=opts)
     app.run()
     return int(app.return_code or 0)

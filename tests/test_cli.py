@@ -138,3 +138,8 @@ def test_other_session_model_is_refused(samples, tmp_path, capsys):
     assert run(["check", samples / "cnn.onnx", "--session", sess, "-q"], capsys)[0] == 0
     code, _, err = run(["check", samples / "transformer_block.onnx", "--session", sess, "-q"], capsys)
     assert code == 2 and "another model" in err
+
+
+def test_tui_command_rejects_a_bad_model_before_opening(tmp_path, capsys):
+    code, out, err = run(["tui", tmp_path / "missing.onnx"], capsys)
+    assert code == 2 and err.strip() == f"bisect-tui: error: model file not found: {tmp_path / 'missing.onnx'}"
