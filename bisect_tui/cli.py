@@ -181,22 +181,12 @@ def cmd_check(args: argparse.Namespace) -> int:
     if args.json:
         atomic.write_json(args.json, summary)
     if args.report:
-        from bisect_tui.core.plots import write_plots
+        from bisect_tui.core.plots import plot_links, write_plots
 
         plots = write_plots(triage.session.path("plots"), summary["outputs"])
-        base = Path(args.report).resolve().parent
-        summary["plots"] = {k: _relative(Path(v), base) for k, v in plots.items()}
+        summary["plots"] = plot_links(plots, args.report)
         atomic.write_text(args.report, check_markdown(summary))
     return summary["exit_code"]
-
-
-def _relative(path: Path, base: Path) -> str:
-    import os
-
-    try:
-        return os.path.relpath(path, base)
-    except ValueError:  # another drive on Windows
-        return str(path)
 
 
 def cmd_bisect(args: argparse.Namespace) -> int:

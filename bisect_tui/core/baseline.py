@@ -29,7 +29,7 @@ from bisect_tui.core.inputs import InputSet
 from bisect_tui.core.model import ModelInfo
 from bisect_tui.core.runner import (
     MB,
-    estimate_sizes,
+    model_sizes,
     plan_groups,
     run_groups,
 )
@@ -221,7 +221,7 @@ def run_baseline(
                 done[e["tensor"]] = e
     todo = [t for t in tensors if t not in done]
 
-    sizes, types = estimate_sizes(info.model, shapes, tensors)
+    sizes, types = model_sizes(info, shapes)
     act_budget = activation_budget(max_memory, info.initializer_bytes, sizes)
     groups = plan_groups(todo, sizes, act_budget)
     written = {"bytes": sum(e["bytes"] for e in done.values())}

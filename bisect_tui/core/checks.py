@@ -19,7 +19,7 @@ from bisect_tui.core.cancel import CancelToken, Progress, ProgressFn, no_progres
 from bisect_tui.core.errors import UserError
 from bisect_tui.core.inputs import InputSet
 from bisect_tui.core.model import ModelInfo
-from bisect_tui.core.runner import estimate_sizes, plan_groups, run_groups
+from bisect_tui.core.runner import model_sizes, plan_groups, run_groups
 from bisect_tui.core.session import Session, now_iso
 from bisect_tui.core.stats import BF16_MAX, FP16_MAX
 
@@ -55,7 +55,7 @@ def check_determinism(
         return cached
     t0 = time.perf_counter()
     tensors = [e["tensor"] for e in manifest["tensors"]]
-    sizes, types = estimate_sizes(info.model, shapes, tensors)
+    sizes, types = model_sizes(info, shapes)
     groups = plan_groups(tensors, sizes, activation_budget(max_memory, info.initializer_bytes, sizes))
     sink = _HashSink()
 

@@ -18,7 +18,6 @@ import numpy as np
 from bisect_tui.core import atomic
 from bisect_tui.core.baseline import (
     BaselineResult,
-    load_tensor,
     run_baseline,
     versions,
 )
@@ -34,7 +33,7 @@ from bisect_tui.core.inputs import (
 from bisect_tui.core.model import ModelInfo, load_model_info, save_prepared
 from bisect_tui.core.runner import default_max_memory
 from bisect_tui.core.session import Session, default_session_dir, now_iso, stable_key
-from bisect_tui.core.tolerance import ToleranceSpec, judge_arrays, parse_tolerance
+from bisect_tui.core.tolerance import ToleranceSpec, parse_tolerance
 from bisect_tui.engines.base import EngineConfig
 
 
@@ -279,16 +278,14 @@ class Triage:
             optimized = str(built.optimized_model_path) if built.optimized_model_path else None
         finally:
             built.close()
-        outputs: dict[str, Any] = {}
-        for name in self.info.outputs:
-            ref = np.asarray(load_tensor(self.session, self.baseline.manifest, name))
-            test = np.stack([s[name] for s in per_sample])
-            tol = self.opts.tolerance.for_output(name)
-            metrics, verdict = judge_arrays(ref, test, tol, topk=self.opts.topk)
-            outputs[name] = {"metrics": metrics, "tolerance": tol.to_dict(),
-                             "passed": verdict.passed, "verdict": verdict.to_dict(),
-                             "summary": verdict.summary()}
-        passed = all(o["passed"] for o in outputs.values())
+        from bisect_tui.core.bisect.judge import OutputJudge
+
+        judged = OutputJudge.for_triage(self).judge(per_sample)
+        outputs: dict[str, Any] = {
+            name: {k: o[k] for k in ("metrics", "tolerance", "passed", "verdict", "summary")}
+            for name, o in judged.outputs.items()
+        }
+        passed = judged.passed
         fused_only = [n for n in fused_nodes if n["is_fused"]]
         shared = None
         if self.opts.compare_tensors and optimized:

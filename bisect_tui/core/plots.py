@@ -15,6 +15,14 @@ from bisect_tui.core import atomic
 from bisect_tui.core.graph import safe_name
 
 
+def plot_links(plots: dict[str, str], report_path: Path) -> dict[str, str]:
+    """Output name -> link to its plot, relative to the report's folder."""
+    import os
+
+    base = Path(report_path).resolve().parent
+    return {name: os.path.relpath(Path(path).resolve(), base) for name, path in plots.items()}
+
+
 def write_plots(out_dir: Path, outputs: dict) -> dict[str, str]:
     """One PNG per output; returns output name -> file path."""
     import io

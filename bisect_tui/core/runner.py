@@ -83,6 +83,17 @@ def estimate_sizes(
     return sizes, types
 
 
+def model_sizes(info, shapes: dict[str, list[int]]):
+    """`estimate_sizes` for every tensor of a loaded model, computed once per
+    shapes (shape inference on a big model costs seconds; the baseline and the
+    determinism run both need it)."""
+    memo = info.__dict__.setdefault("_sizes_memo", {})
+    key = repr(sorted(shapes.items()))
+    if key not in memo:
+        memo[key] = estimate_sizes(info.model, shapes, info.index.intermediate_tensors())
+    return memo[key]
+
+
 def plan_groups(
     tensors: list[str], sizes: dict[str, Optional[int]], budget: int
 ) -> list[list[str]]:

@@ -426,29 +426,12 @@ class BisectApp(App[int]):
 
     @work(thread=True, exclusive=True, group="engine", exit_on_error=False)
     def _export_worker(self, result: Optional[dict], copy: bool) -> None:
-        from bisect_tui import __version__
-        from bisect_tui.core import atomic
-        from bisect_tui.core.bisect.bundle import write_bundle
-        from bisect_tui.core.report import bisect_markdown, check_markdown
+        from bisect_tui.core.bisect.command import export_session
 
         outcome = "done"
         t = self.triage
         try:
-            summary = t.summary()
-            if result:
-                full = {**summary, "bisect": result}
-                md = bisect_markdown(full)
-            else:
-                full = summary
-                md = check_markdown(summary)
-            session = t.session
-            atomic.write_text(session.path("report.md"), md)
-            session.write_json("report.json", full)
-            paths = {"report.md": str(session.path("report.md")), "report.json": str(session.path("report.json"))}
-            if result and result.get("culprits"):
-                bundle = write_bundle(session.path("bundle.zip"), result["culprits"], summary["config"],
-                                      t.opts.tolerance.default.to_dict(), md, __version__)
-                paths["bundle.zip"] = str(bundle)
+            _, md, paths = export_session(t, t.summary(), result)
             self.post_message(ExportDone(paths, md, copy))
         except UserError as exc:
             outcome = "error"

@@ -13,9 +13,7 @@ from __future__ import annotations
 import re
 from typing import Optional
 
-from bisect_tui.core.bisect.units import Unit, marks_for
-from bisect_tui.core import atomic
-from bisect_tui.core.session import stable_key
+from bisect_tui.core.bisect.units import Unit
 
 _CAMEL = re.compile(r"[A-Z][a-z0-9]+|[A-Z]+(?![a-z])")
 
@@ -70,18 +68,10 @@ def attribute(bisector, units: list[Unit]) -> dict:
     known = engine.known_optimizers()
     cands = candidate_optimizers(units, known)
     confirmed, rows = [], []
-    cache_path = bisector.dir / "attribution.json"
-    cache = (atomic.read_json(cache_path) if cache_path.exists() else {}) or {}
     for name in cands:
         bisector.t.cancel.check()
-        cfg = bisector.config.with_disabled([name])
-        key = stable_key(bisector.search_key, cfg.to_dict(), sorted(n for u in units for n in u.original_nodes))
-        if key in cache:  # resumed: this rebuild was already made
-            rows.append(cache[key])
-            if cache[key]["culprit_gone_when_disabled"]:
-                confirmed.append(name)
-            continue
-        fused = _fused_map(bisector, cfg)
+        # a step of the search: shared by every culprit and by the workaround, reused on resume
+        fused = _fused_map(bisector, bisector.config.with_disabled([name]))
         if isinstance(fused, str):
             rows.append({"optimizer": name, "known_to_engine": name in known,
                          "culprit_gone_when_disabled": None, "output_now_made_by": None,
@@ -91,8 +81,6 @@ def attribute(bisector, units: list[Unit]) -> dict:
         replaced = _now_made_by(fused, units)
         rows.append({"optimizer": name, "known_to_engine": name in known,
                      "culprit_gone_when_disabled": gone, "output_now_made_by": replaced})
-        cache[key] = rows[-1]
-        atomic.write_json(cache_path, cache)
         if gone:
             confirmed.append(name)
     return {"tags": sorted({t for u in units for t in u.optimizers}), "candidates": rows,
@@ -149,4 +137,4 @@ def find_workaround(bisector, culprits: list[list[Unit]], attributions: list[dic
             "how": "no optimizer switch or marking restored tolerance; see the steps"}
 
 
-__all__ = ["attribute", "candidate_optimizers", "find_workaround", "marks_for"]
+__all__ = ["attribute", "candidate_optimizers", "find_workaround"]

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from bisect_tui import __version__
 from bisect_tui.core import atomic
 from bisect_tui.core.errors import ExitCode
@@ -13,10 +11,34 @@ def bisect_exit(result: dict) -> ExitCode:
     return ExitCode.OK if result["verdict"] == "pass" else ExitCode.TOLERANCE
 
 
-def run_bisect_command(args, opts) -> int:
+def export_session(triage, summary: dict, result, plots: dict | None = None) -> tuple[dict, str, dict]:
+    """Write report.md, report.json and (with culprits) bundle.zip into the
+    session directory: the one export shared by the CLI and the app.
+
+    Returns the full JSON, the Markdown and the paths written."""
     from bisect_tui.core.bisect.bundle import write_bundle
+    from bisect_tui.core.report import bisect_markdown, check_markdown
+
+    session = triage.session
+    full = {**summary, "bisect": result} if result else dict(summary)
+    if plots:
+        from bisect_tui.core.plots import plot_links
+
+        full["plots"] = plot_links(plots, session.path("report.md"))
+    md = bisect_markdown(full) if result else check_markdown(full)
+    atomic.write_text(session.path("report.md"), md)
+    session.write_json("report.json", full)
+    paths = {"report.md": str(session.path("report.md")), "report.json": str(session.path("report.json"))}
+    if result and result.get("culprits"):
+        paths["bundle.zip"] = str(write_bundle(session.path("bundle.zip"), result["culprits"], summary["config"],
+                                               triage.opts.tolerance.default.to_dict(), md, __version__))
+    return full, md, paths
+
+
+def run_bisect_command(args, opts) -> int:
     from bisect_tui.core.bisect.run import run_bisection
     from bisect_tui.core.pipeline import Triage
+    from bisect_tui.core.plots import plot_links
     from bisect_tui.core.report import bisect_markdown, bisect_text, check_text
     from bisect_tui.progress_text import TextProgress
 
@@ -32,29 +54,23 @@ def run_bisect_command(args, opts) -> int:
                                max_culprits=getattr(args, "max_culprits", 5))
     finally:
         progress.close()
-    from bisect_tui.core.plots import write_plots
+    report = getattr(args, "report", None)
+    plots = {}
+    if report:  # pictures cost a matplotlib import: only for a report asked for
+        from bisect_tui.core.plots import write_plots
 
-    full = {**summary, "bisect": result}
-    if getattr(args, "report", None):  # pictures cost a matplotlib import: only for a report asked for
         plots = write_plots(triage.session.path("plots"), summary["outputs"])
-        full["plots"] = {k: str(Path(v).relative_to(triage.session.root)) for k, v in plots.items()}
-    md = bisect_markdown(full)
+    full, md, paths = export_session(triage, summary, result, plots)
     print(check_text(summary))
     print(bisect_text(full))
-    session = triage.session
-    atomic.write_text(session.path("report.md"), md)
-    session.write_json("report.json", full)
-    bundle_path = None
-    if result["culprits"]:
-        bundle_path = write_bundle(session.path("bundle.zip"), result["culprits"], summary["config"],
-                                   opts.tolerance.default.to_dict(), md, __version__)
     if getattr(args, "json", None):
         atomic.write_json(args.json, full)
-    if getattr(args, "report", None):
-        atomic.write_text(args.report, md)
+    if report:  # links re-made relative to where this copy lives
+        atomic.write_text(report, bisect_markdown({**full, "plots": plot_links(plots, report)}))
     if getattr(args, "bundle", None):
-        if bundle_path is None:
+        if "bundle.zip" not in paths:
             print("no culprit, so no repro bundle was written")
         else:
-            atomic.write_bytes(args.bundle, bundle_path.read_bytes())
+            with open(paths["bundle.zip"], "rb") as fh:
+                atomic.write_bytes(args.bundle, fh.read())
     return int(bisect_exit(result))

@@ -18,7 +18,7 @@ class Judgement:
     worst_output: Optional[str]
     max_abs: float
     summary: str
-    outputs: dict  # name -> {passed, ratio, max_abs, cosine, summary}
+    outputs: dict  # name -> {passed, ratio, summary, metrics, tolerance, verdict}
 
 
 class OutputJudge:
@@ -30,20 +30,31 @@ class OutputJudge:
         self.tolerance = tolerance
         self.topk = topk
 
+    @classmethod
+    def for_triage(cls, triage) -> "OutputJudge":
+        """The baseline's graph outputs, judged with the triage's tolerance."""
+        from bisect_tui.core.baseline import load_tensor
+
+        refs = {name: np.asarray(load_tensor(triage.session, triage.baseline.manifest, name))
+                for name in triage.info.outputs}
+        return cls(refs, triage.opts.tolerance, triage.opts.topk)
+
     def judge(self, per_sample: list[dict[str, np.ndarray]]) -> Judgement:
         outs = {}
         worst_name, worst_ratio, worst_abs = None, -1.0, 0.0
         summary = "PASS"
         for name, ref in self.references.items():
             test = np.stack([s[name] for s in per_sample])
-            metrics, verdict = judge_arrays(ref, test, self.tolerance.for_output(name), topk=self.topk)
+            tol = self.tolerance.for_output(name)
+            metrics, verdict = judge_arrays(ref, test, tol, topk=self.topk)
             r = verdict.ratio
             outs[name] = {
                 "passed": verdict.passed,
                 "ratio": r,
-                "max_abs": metrics["max_abs"],
-                "cosine": metrics["cosine"],
                 "summary": verdict.summary(),
+                "metrics": metrics,
+                "tolerance": tol.to_dict(),
+                "verdict": verdict.to_dict(),
             }
             if r > worst_ratio:
                 worst_name, worst_ratio, worst_abs = name, r, metrics["max_abs"]

@@ -28,10 +28,8 @@ from pathlib import Path
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
-import numpy as np
 
 from bisect_tui.core import atomic
-from bisect_tui.core.baseline import load_tensor
 from bisect_tui.core.bisect.judge import Judgement, OutputJudge
 from bisect_tui.core.bisect.units import Unit, build_units, marks_for, region_text
 from bisect_tui.core.cancel import Progress
@@ -92,11 +90,7 @@ class Bisector:
         self._cache: dict[str, dict] = {}
         self._all_tensors = triage.info.index.intermediate_tensors()
         self._load_cache()
-        refs = {
-            name: np.asarray(load_tensor(self.session, triage.baseline.manifest, name))
-            for name in triage.info.outputs
-        }
-        self.judge = OutputJudge(refs, triage.opts.tolerance, triage.opts.topk)
+        self.judge = OutputJudge.for_triage(triage)
         self._seed_from_check = triage.fused
         self.search_key = stable_key(
             "bisect/v1", triage.baseline.manifest["key"], self.config.to_dict(),
@@ -233,7 +227,7 @@ class Bisector:
         return last
 
     def engine_dir(self, config: EngineConfig):
-        d = self.session.engines_dir / f"{self.t.opts.engine}-{config.key()}"
+        d = self.t.engine_dir(config)
         d.mkdir(parents=True, exist_ok=True)
         return d
 
