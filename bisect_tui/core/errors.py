@@ -16,6 +16,8 @@ class ExitCode(enum.IntEnum):
     USAGE = 2  # usage error or bad input
     NONDETERMINISTIC = 3  # baseline differs between two runs
     NAN_INF = 4  # NaN/Inf in the baseline
+    ENVIRONMENT = 5  # the machine failed us: disk full, file too large, permission denied
+    INTERNAL = 70  # a bug in bisect-tui (traceback in the session's log), never a verdict
     CANCELLED = 130  # interrupted by the user; the session directory can be resumed
 
 
@@ -25,6 +27,13 @@ class UserError(Exception):
     def __init__(self, message: str, code: ExitCode = ExitCode.USAGE):
         super().__init__(message)
         self.code = code
+
+
+class EnvironmentFault(UserError):
+    """The machine, not the model, stopped the work (ENOSPC, EFBIG, EACCES...)."""
+
+    def __init__(self, message: str):
+        super().__init__(message, ExitCode.ENVIRONMENT)
 
 
 class Cancelled(Exception):
