@@ -7,6 +7,7 @@ says what was found, why it matters and what to do next.
 from __future__ import annotations
 
 from typing import Any
+from bisect_tui.core.escape import md, md_code, term
 
 VERDICT_TEXT = {
     "pass": "PASS: the fused engine is within tolerance",
@@ -125,6 +126,10 @@ def check_text(s: dict) -> str:
             + f"; {len(s['fused_nodes'])} fused node(s)"
         )
         lines.append(f"tolerance: {tolerance_text(s['tolerance'])}")
+        err = s.get("engine_error")
+        if err:
+            what = "failed to build" if err["kind"] == "build_error" else "failed while running"
+            lines.append(f"fused engine {what} (the baseline runs): {term(err['message'])}")
         for name, o in s["outputs"].items():
             lines.append(output_line(name, o))
         sens = s.get("sensitivity") or {}
@@ -237,13 +242,27 @@ BISECT_VERDICT = {
 
 def culprit_lines(c: dict, i: int) -> list[str]:
     iso = c["isolated"]
+    if c.get("kind") in ("build_error", "run_error") and not c.get("fused_node"):
+        what = "does not build" if c["kind"] == "build_error" else "fails while running"
+        return [
+            f"culprit {i} ({c['kind']}): the fused engine {what}: {term(c['engine_error']['message'])}",
+            f"  caused by the precision of original node(s): {term(', '.join(c['original_nodes']))} "
+            f"({term(c['op_type'])}); kept in FP32 the engine builds and passes (see keep-set)",
+        ]
     lines = [
-        f"culprit {i}: {c['op_type']} '{c['fused_node']}'"
-        + (" (an interaction: these fusions fail only together)" if c["interaction"] else ""),
-        f"  replaces original nodes: {', '.join(c['original_nodes'])}",
+        f"culprit {i}: {term(c['op_type'])} '{term(c['fused_node'])}'"
+        + (" (an interaction: these fusions fail only together)" if c["interaction"] else "")
+        + (f" [{c['kind']}]" if c.get("kind") in ("build_error", "run_error") else ""),
+        f"  replaces original nodes: {term(', '.join(c['original_nodes']))}",
         f"  made by optimizer(s): {', '.join(c['optimizers']) or 'unknown'}"
-        + (" (confirmed: disabling removes the fused node)" if c["attribution"]["confirmed"] else ""),
+        + (" (confirmed: disabling removes the fused node)" if c["attribution"]["confirmed"] else "")
+        + (f"; found by {c['attribution']['how']}" if (c["attribution"].get("group_test") or {}).get("found") else ""),
     ]
+    if c.get("exposed_by"):
+        lines.insert(1, f"  exposed by disabling {', '.join(c['exposed_by'])}: another pass then fuses "
+                        "these nodes just as wrongly")
+    if c.get("engine_error"):
+        lines.insert(1, f"  the engine's message: {term(c['engine_error']['message'])}")
     if iso.get("build_error"):
         lines.append(f"  in isolation the fused subgraph does not even build: {iso['build_error']}")
     for name, o in iso["outputs"].items():
@@ -290,9 +309,42 @@ def bisect_text(s: dict) -> str:
         lines.append(f"workaround: none found ({w['how']})")
     if b.get("explanation"):
         lines.append(b["explanation"])
+    lines += evidence_lines(b.get("evidence"))
+    lines += precision_lines(b.get("precision"))
     if b.get("stopped_reason"):
         lines.append(b["stopped_reason"])
     return "\n".join(lines)
+
+
+def evidence_lines(ev) -> list[str]:
+    """Where the error starts when fusion is not the cause (model text escaped)."""
+    if not ev or not ev.get("node"):
+        return []
+    ins = "; ".join(
+        f"{term(r['tensor'])} initializer" if r.get("initializer") else
+        f"{term(r['tensor'])} in [{fmt(r['min'])}, {fmt(r['max'])}]" for r in ev.get("input_ranges", []))
+    lines = [f"evidence: the first tensor out of tolerance is {term(ev['first_failing_tensor'])}, made by "
+             f"{term(ev['op_type'])} '{term(ev['node'])}'" + (f"; its inputs: {ins}" if ins else "")]
+    for w in ev.get("weight_findings", []):
+        lines.append(f"  weight {term(w['initializer'])}: {w['finding']}")
+    for r in ev.get("range_findings", []):
+        lines.append(f"  range check: {term(r['tensor'])} abs max {fmt(r.get('abs_max'))}")
+    return lines
+
+
+def precision_lines(p) -> list[str]:
+    if not p:
+        return []
+    if not p.get("passed"):
+        return [f"keep-set: none found in {p['builds']} builds ({p.get('explanation', 'see steps')})"]
+    m = p["metrics"]
+    return [
+        f"keep-set: keep {len(p['keep_fp32'])} of {p['candidates']} original node(s) in FP32 -> full engine "
+        f"passes (x{fmt(m['ratio'])} of tolerance, max_abs {fmt(m['max_abs'])}); {p['builds']} builds",
+        f"  nodes: {term(', '.join(p['keep_fp32']))}",
+        f"  setting: {term(p['setting'])}",
+        f"  bisect-tui: {term(p['cli'])}",
+    ]
 
 
 def bisect_markdown(s: dict) -> str:
@@ -319,6 +371,13 @@ def bisect_markdown(s: dict) -> str:
         parts += [b["explanation"], ""]
     if b.get("stopped_reason"):
         parts += [f"**Stopped early:** {b['stopped_reason']}", ""]
+    if b.get("evidence", {}).get("node"):
+        parts += ["### Where the error starts", "```", *evidence_lines(b["evidence"]), "```", ""]
+    p = b.get("precision")
+    if p:
+        parts += ["### Keep-set: nodes to keep in FP32", "```", *precision_lines(p), "```", ""]
+        if p.get("seeds"):
+            parts += [_md_table(["seed", "why"], [[md_code(r["node"]), md(r["why"])] for r in p["seeds"]]), ""]
     parts += ["### Steps", _md_table(
         ["step", "kind", "region", "marked", "builds", "x tolerance", "max abs", "verdict"],
         [[st["n"], st["kind"], st["region"], st["marks"], st["builds"], fmt(st["ratio"]), fmt(st["max_abs"]),

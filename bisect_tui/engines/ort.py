@@ -37,7 +37,7 @@ from typing import Collection, Iterable, Optional
 import numpy as np
 import onnx
 
-from bisect_tui.core.errors import UserError
+from bisect_tui.core.errors import EngineBuildError, EngineRunError, UserError
 from bisect_tui.core.graph import (
     GraphIndex,
     mark_outputs,
@@ -543,8 +543,12 @@ def _first_line(e: BaseException) -> str:
     return text.splitlines()[0]
 
 
-def _build_error(e: BaseException) -> UserError:
-    return UserError(f"ONNX Runtime could not build the fused engine: {_first_line(e)}")
+def _build_error(e: BaseException) -> EngineBuildError:
+    return EngineBuildError(f"ONNX Runtime could not build the fused engine: {_first_line(e)}", _first_line(e))
+
+
+def _run_error(e: BaseException) -> EngineRunError:
+    return EngineRunError(f"ONNX Runtime failed running the fused engine: {_first_line(e)}", _first_line(e))
 
 
 def _load(path: Path, load_external: bool = True) -> onnx.ModelProto:
@@ -573,21 +577,26 @@ def _validate(config: EngineConfig) -> None:
         )
 
 
-def _fp16_model_path(model_path: Path, workdir: Path) -> Path:
-    """The fp16 conversion of `model_path`, cached in workdir by source hash.
+def _fp16_model_path(model_path: Path, workdir: Path, keep_fp32: Collection[str] = ()) -> Path:
+    """The fp16 conversion of `model_path`, cached in workdir by source hash
+    and keep-set.
 
     Conversion is deterministic but not free on big models and a bisection
-    builds dozens of engines from the same source, so convert once."""
-    cached = workdir / f"fp16_{_file_hash(model_path)}.onnx"
+    builds dozens of engines from the same source, so convert once. The
+    keep-set goes to the converter's `node_block_list`: those original nodes
+    stay FP32, with casts around them."""
+    keep = sorted(set(keep_fp32))
+    tag = "" if not keep else "_keep" + hashlib.sha1("\n".join(keep).encode()).hexdigest()[:10]
+    cached = workdir / f"fp16_{_file_hash(model_path)}{tag}.onnx"
     if cached.exists():
         return cached
     from onnxruntime.transformers.float16 import convert_float_to_float16
 
     model = _load(model_path)
     try:
-        converted = convert_float_to_float16(model, keep_io_types=True)
+        converted = convert_float_to_float16(model, keep_io_types=True, node_block_list=keep or None)
     except Exception as e:  # the converter asserts on models it cannot handle
-        raise UserError(f"could not convert the model to fp16: {_first_line(e)}") from None
+        raise EngineBuildError(f"could not convert the model to fp16: {_first_line(e)}", _first_line(e)) from None
     _save_model(converted, cached)
     return cached
 
@@ -641,7 +650,11 @@ class OrtBuilt:
         """All outputs (graph outputs, then marked tensors) by name."""
         if self._session is None:
             raise RuntimeError("engine is closed")
-        values = self._session.run(self.output_names, feeds)
+        try:
+            values = self._session.run(self.output_names, feeds)
+        except _ort_errors() as e:
+            # the engine built but its kernels fail on these inputs: a finding
+            raise _run_error(e) from None
         return dict(zip(self.output_names, values))
 
     def close(self) -> None:
@@ -706,7 +719,8 @@ class OrtEngine:
         key = hashlib.sha1(key_blob).hexdigest()[:12]
 
         unmarkable: list[str] = []
-        base_path = _fp16_model_path(model_path, workdir) if config.precision == "fp16" else model_path
+        base_path = (_fp16_model_path(model_path, workdir, config.keep_fp32)
+                     if config.precision == "fp16" else model_path)
         model = _load(base_path) if marked else None
         markable: list[str] = []
         if marked and model is not None:

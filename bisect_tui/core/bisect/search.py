@@ -33,7 +33,7 @@ from bisect_tui.core import atomic
 from bisect_tui.core.bisect.judge import Judgement, OutputJudge
 from bisect_tui.core.bisect.units import Unit, build_units, marks_for, region_text
 from bisect_tui.core.cancel import Progress
-from bisect_tui.core.errors import UserError
+from bisect_tui.core.errors import EngineBuildError
 from bisect_tui.core.session import now_iso, stable_key
 from bisect_tui.engines.base import LEVELS, EngineConfig, FusedNode
 
@@ -58,6 +58,8 @@ class Step:
     fused_in_build: Optional[int] = None
     key: str = ""
     optimized: Optional[str] = None  # saved optimized graph (unmarked builds only)
+    error_kind: Optional[str] = None  # build_error | run_error: the engine failed, not the numbers
+    error: Optional[str] = None  # the engine's own message
 
     def to_dict(self) -> dict:
         return dict(self.__dict__)
@@ -168,13 +170,16 @@ class Bisector:
         # graph and fused-node map, which the level search, the attribution and
         # the workaround all read instead of building again.
         workdir = self.engine_dir(config) if not marks else None
+        error_kind = error = None
         try:
             built = self.engine.build(self.session.model_path, config, marks, workdir)
-        except UserError as exc:
+        except EngineBuildError as exc:
             # An engine that cannot even be built with this region enabled is
             # broken by it: the step fails, and the message says why.
+            error_kind, error = exc.kind, exc.engine_message
             j = Judgement(False, math.inf, None, math.nan, f"engine build failed: {exc}", {})
         else:
+            per_sample = None
             try:
                 per_sample = [built.run(self.t.inputs.feeds(k)) for k in range(self.t.inputs.samples)]
                 if workdir is not None:  # marked builds skip the map: it costs as much as a build
@@ -185,9 +190,14 @@ class Bisector:
                         optimized = str(built.optimized_model_path)
                     except Exception:  # the map is informative here; never fail a step on it
                         fused_count = None
+            except EngineBuildError as exc:  # EngineRunError: built, then failed on the inputs
+                error_kind, error = exc.kind, exc.engine_message
             finally:
                 built.close()
-            j = self.judge.judge(per_sample)
+            if per_sample is None:
+                j = Judgement(False, math.inf, None, math.nan, f"engine run failed: {error}", {})
+            else:
+                j = self.judge.judge(per_sample)
         self.builds += 1
         step = Step(
             n=len(self.steps) + 1, kind=kind, region=region, enabled=ids,
@@ -195,7 +205,7 @@ class Bisector:
             marks=len(marks), passed=j.passed, ratio=_finite(j.ratio), max_abs=_finite(j.max_abs),
             summary=j.summary, builds=self.builds, cached=False,
             seconds=time.perf_counter() - t0, fused_in_build=fused_count, key=key,
-            optimized=optimized,
+            optimized=optimized, error_kind=error_kind, error=error,
         )
         self.steps.append(step)
         self._append({**step.to_dict(), "at": now_iso()})
@@ -240,7 +250,7 @@ class Bisector:
         path = workdir / "fused_nodes.json"
         if step.optimized and path.exists() and Path(step.optimized).exists():
             return [FusedNode.from_dict(d) for d in atomic.read_json(path)], step.optimized, step
-        if step.summary.startswith("engine build failed"):
+        if step.error_kind:
             return None, None, step
         # The verdict was recorded but its files are gone (deleted, or an older
         # session): rebuild the engine once to read its map.
@@ -332,6 +342,8 @@ class Bisector:
         self._seed_full_engine()
         full = self.evaluate("full engine", None)
         result["full_engine"] = full.to_dict()
+        if full.error_kind:
+            result["engine_error"] = {"kind": full.error_kind, "message": full.error}
         if full.passed:
             result.update(verdict="pass", culprits=[], units=[], level=self.config.level)
             return self._finish(result, t0)
@@ -339,7 +351,12 @@ class Bisector:
         result["all_blocked"] = blocked.to_dict()
         level, level_step = self.find_level() if self.config.level != "disable" else (self.config.level, full)
         result["level"] = level
-        units, optimized = self.units_at(level)
+        try:
+            units, optimized = self.units_at(level)
+        except RuntimeError:
+            # the failing engine has no optimized graph to map; the engine with
+            # every fusion blocked is the reference the region search needs
+            units, optimized = [], None
         result["units"] = [u.to_dict() for u in units]
         result["optimized_model"] = optimized
         if not blocked.passed:
