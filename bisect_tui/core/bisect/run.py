@@ -92,9 +92,13 @@ def run_bisection(triage, max_builds: int = 200, config=None, max_culprits: int 
     extra_builds = 0
     disabled: list[str] = []
     stopped = None
+    layer_culprits, layer_search = culprits, search
     try:
         for layer in range(2, MAX_LAYERS + 1):
-            found = [n for a in attributions for n in a["confirmed"]]
+            if layer_search.get("stopped"):
+                break  # a search cut short (budget, or an amplifying model) is not a layer to build on
+            # culprits no worse than FP32 in isolation are amplified rounding, not passes to switch off
+            found = [n for a, c in zip(attributions, layer_culprits) if not c["amplified"] for n in a["confirmed"]]
             new = [n for n in dict.fromkeys(found) if n not in disabled]
             if not new:
                 break
@@ -110,6 +114,8 @@ def run_bisection(triage, max_builds: int = 200, config=None, max_culprits: int 
             sub = Bisector(triage, cfg, max(max_builds - used, 1), max_culprits)
             sub._seed_from_check = None
             s2 = sub.run(probe)
+            for st in sub.steps:
+                st.kind = f"round {layer}: {st.kind}"
             extra_steps += sub.steps
             extra_builds += sub.builds
             c2, g2, a2 = _culprits_of(triage, sub, s2, layer, disabled, len(culprits) + 1)
@@ -119,7 +125,7 @@ def run_bisection(triage, max_builds: int = 200, config=None, max_culprits: int 
             culprits += c2
             all_groups += g2
             all_attr += a2
-            attributions = a2
+            attributions, layer_culprits, layer_search = a2, c2, s2
     except BuildBudgetExceeded as exc:
         stopped = str(exc)
     workaround = None
@@ -153,6 +159,8 @@ def run_bisection(triage, max_builds: int = 200, config=None, max_culprits: int 
     suspects = set((search.get("probe") or {}).get("suspects", []))
     found_idx = {i for c in search.get("culprits", []) for i in c}
     steps = [s.to_dict() for s in bis.steps] + [s.to_dict() for s in extra_steps]
+    for n, st in enumerate(steps, 1):
+        st["n"] = n
     result = {
         **search,
         # cross-check: did the one-run probe point at what the builds proved?

@@ -1,0 +1,134 @@
+"""Diagnosis on the samples with known answers (sample_models/cases.json):
+a culprit hidden behind a culprit (fixpoint search), an untagged fusion
+(group-testing attribution), an FP16 build failure (a finding, not bad input)
+and an FP16 model that needs a keep-set. Every answer is rechecked
+independently with plain onnxruntime."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+
+ort = pytest.importorskip("onnxruntime")
+
+from testlib import old_ort_skip  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+SAMPLES = REPO / "sample_models"
+GELU_APPROX = ["--ort-config", "optimization.enable_gelu_approximation=1"]
+
+
+def _case(name: str) -> dict:
+    doc = json.loads((SAMPLES / "cases.json").read_text())
+    return next(c for c in doc["cases"] if c["model"] == name)
+
+
+def _bisect(tmp_path: Path, model: str, *extra: str) -> tuple[int, dict, str]:
+    js = tmp_path / "out.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "bisect_tui.cli", "bisect", str(SAMPLES / model), "--session",
+         str(tmp_path / "s"), "--json", str(js), "--bundle", str(tmp_path / "bundle.zip"), "-q", *extra],
+        capture_output=True, text=True, timeout=300)
+    assert proc.returncode in (0, 1), proc.stderr[-2000:]
+    return proc.returncode, json.loads(js.read_text()), proc.stdout
+
+
+def _plain_ort(model: str, precision: str, disabled=(), config=None, keep=()):
+    """Judge the full engine with plain ORT, independent of bisect_tui."""
+    case = _case(model)
+    m = onnx.load(str(SAMPLES / model))
+    feeds = {n: np.random.default_rng(0).standard_normal(s).astype(np.float32) for n, s in case["input"].items()}
+    so0 = ort.SessionOptions()
+    so0.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    ref = ort.InferenceSession(m.SerializeToString(), so0, providers=["CPUExecutionProvider"]).run(None, feeds)
+    if precision == "fp16":
+        from onnxruntime.transformers.float16 import convert_float_to_float16
+        m = convert_float_to_float16(m, keep_io_types=True, node_block_list=list(keep) or None)
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    for k, v in (config or {}).items():
+        so.add_session_config_entry(k, v)
+    sess = ort.InferenceSession(m.SerializeToString(), so, providers=["CPUExecutionProvider"],
+                                disabled_optimizers=list(disabled))
+    tol = {"fp32": (1e-4, 1e-4), "fp16": (1e-2, 1e-2)}[case["preset"]]
+    out = sess.run(None, feeds)
+    return all(np.all(np.abs(o.astype(np.float64) - r) <= tol[0] + tol[1] * np.abs(r)) for o, r in zip(out, ref))
+
+
+@old_ort_skip
+def test_hidden_culprit_fixpoint_and_untagged_attribution(tmp_path):
+    case = _case("gelu_bias.onnx")
+    rc, res, out = _bisect(tmp_path, "gelu_bias.onnx", *GELU_APPROX)
+    b = res["bisect"]
+    assert rc == 1
+    assert [c["original_nodes"] for c in b["culprits"]] == case["expected_culprits"]
+    assert [c["optimizers"] for c in b["culprits"]] == [[p] for p in case["expected_passes"]]
+    # the FastGelu nodes carry no optimizer tag: group testing on the subgraph named the pass
+    first = b["culprits"][0]["attribution"]
+    assert first["tags"] == [] and first["group_test"]["found"] == "BiasGeluFusion"
+    assert first["group_test"]["builds"] <= int(np.ceil(np.log2(first["group_test"]["names"]))) + 3
+    assert b["culprits"][0]["kind"] == "fusion" and b["culprits"][0]["exposed_by"] is None
+    assert b["culprits"][1]["exposed_by"] == ["BiasGeluFusion"]
+    w = b["workaround"]
+    assert w["disabled_optimizers"] == case["expected_workaround"] and w["full_engine"]["passed"]
+    cfg = {"optimization.enable_gelu_approximation": "1"}
+    assert not _plain_ort("gelu_bias.onnx", "fp32", ["BiasGeluFusion"], cfg)  # the first pass alone: still broken
+    assert _plain_ort("gelu_bias.onnx", "fp32", w["disabled_optimizers"], cfg)
+    assert "exposed by disabling BiasGeluFusion" in out
+
+
+def test_fp16_keepset_found_and_proven(tmp_path):
+    case = _case("fp16_keepset.onnx")
+    rc, res, out = _bisect(tmp_path, "fp16_keepset.onnx", "--precision", "fp16")
+    b = res["bisect"]
+    assert rc == 1 and b["verdict"] == "not_fusion" and b["culprits"] == []
+    p = b["precision"]
+    assert sorted(p["keep_fp32"]) == case["expected_keep_fp32"] and p["passed"]
+    assert p["metrics"]["ratio"] <= 1 and p["builds"] <= 8
+    keep = p["keep_fp32"]
+    assert _plain_ort("fp16_keepset.onnx", "fp16", keep=keep)
+    for one in keep:  # one-minimal: neither node alone is enough
+        assert not _plain_ort("fp16_keepset.onnx", "fp16", keep=[one])
+    assert "node_block_list=" in out and b["evidence"]["node"] == "out/residual"
+    # the bundle's keep-set repro: exit 1 as configured, 0 with the keep-set
+    d = tmp_path / "x"
+    zipfile.ZipFile(tmp_path / "bundle.zip").extractall(d)
+    script = d / "keepset" / "repro_keepset.py"
+    assert subprocess.run([sys.executable, str(script)], capture_output=True, timeout=120).returncode == 1
+    assert subprocess.run([sys.executable, str(script), "--keep"], capture_output=True, timeout=120).returncode == 0
+    # the setting works from the command line too
+    rc2, res2, _ = _bisect(tmp_path / "again", "fp16_keepset.onnx", "--precision", "fp16",
+                           *[a for n in keep for a in ("--keep-fp32", n)])
+    assert rc2 == 0 and res2["bisect"]["verdict"] == "pass"
+
+
+def test_fp16_build_error_is_a_finding(tmp_path):
+    case = _case("hann_fp16.onnx")
+    with pytest.raises(Exception, match="Type Error"):
+        _plain_ort("hann_fp16.onnx", "fp16")  # the real onnxruntime failure
+    rc, res, out = _bisect(tmp_path, "hann_fp16.onnx", "--precision", "fp16")
+    b = res["bisect"]
+    assert rc == 1 and res["engine_error"]["kind"] == "build_error"
+    assert case["expected_error"]["contains"] in res["engine_error"]["message"]
+    assert b["culprits"][0]["kind"] == "build_error"
+    assert b["precision"]["keep_fp32"] == case["expected_keep_fp32"] and b["precision"]["passed"]
+    assert _plain_ort("hann_fp16.onnx", "fp16", keep=case["expected_keep_fp32"])
+    d = tmp_path / "x"
+    zipfile.ZipFile(tmp_path / "bundle.zip").extractall(d)
+    script = d / "keepset" / "repro_keepset.py"
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1 and "Type Error" in proc.stdout
+    assert subprocess.run([sys.executable, str(script), "--keep"], capture_output=True, timeout=120).returncode == 0
+
+
+def test_passing_model_still_has_no_culprit(tmp_path):
+    rc, res, _ = _bisect(tmp_path, "passing_stack.onnx", *GELU_APPROX)
+    assert rc == 0 and res["bisect"]["verdict"] == "pass" and res["bisect"]["culprits"] == []
+    assert res["bisect"]["precision"] is None
