@@ -365,9 +365,13 @@ class Bisector:
                 unblockable=[u.index for u in units if not u.blockable],
                 explanation=(
                     "the error stays with every fusion blocked (all tensors marked): it does not come "
-                    "from a fusion that marking can switch off. Likely causes: the precision (FP16/INT8 "
-                    "conversion), a kernel that differs without fusion, a rewrite of a single op in "
-                    "place, or a layout transform. The probe below shows where the error starts."
+                    "from a fusion that marking can switch off. Likely causes: "
+                    + ("the reduced precision (the keep-set search below names the nodes to keep in "
+                       "FP32), a kernel that differs without fusion, or a rewrite of a single op in place."
+                       if self.config.precision != "fp32" else
+                       "a kernel that differs without fusion, a rewrite of a single op in place, or a "
+                       "layout transform (the engine runs FP32, so precision is not the cause).")
+                    + " The evidence below shows where the error starts."
                 ),
             )
             if probe_fn and optimized:
