@@ -438,6 +438,25 @@ def gelu_bias():
     }
 
 
+def amplifying_stack():
+    g, culprits = _stack("amplifying_stack", 7, 40, {25})
+    desc = ("40 blocks like deep_stack (Relu everywhere except an erf-Gelu in block 25): deep enough that a "
+            "1-ulp input change already moves the FP32 outputs past the tolerance, so every default fusion "
+            "(Gemm, LayerNormalization) breaks it too. Judged alone against float64, only the FastGelu made "
+            "by the Gelu approximation is far worse than FP32; the other fused nodes reorder rounding only.")
+    return g.model(desc), {
+        "description": desc,
+        "preset": "fp32",
+        "passes_with": engine("disable"),
+        "breaks_with": engine("all", "fp32", GELU_APPROX),
+        "lowest_breaking_level": "basic",
+        "culprit_op_type": "FastGelu",
+        "expected_culprits": culprits,
+        "expected_passes": ["GeluApproximation"],
+        "class": "amplifying",
+    }
+
+
 KEEPSET = {"tiny_std": 4e-7, "scale": 1e5}
 
 
@@ -503,6 +522,7 @@ BUILDERS = {
     "branchy.onnx": branchy,
     "passing_stack.onnx": passing_stack,
     "gelu_bias.onnx": gelu_bias,
+    "amplifying_stack.onnx": amplifying_stack,
     "fp16_keepset.onnx": fp16_keepset,
     "hann_fp16.onnx": hann_fp16,
 }

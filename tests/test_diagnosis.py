@@ -84,6 +84,24 @@ def test_hidden_culprit_fixpoint_and_untagged_attribution(tmp_path):
     assert "exposed by disabling BiasGeluFusion" in out
 
 
+@old_ort_skip
+def test_amplifying_model_names_only_the_wrong_fusion(tmp_path):
+    case = _case("amplifying_stack.onnx")
+    rc, res, out = _bisect(tmp_path, "amplifying_stack.onnx", *GELU_APPROX)
+    b = res["bisect"]
+    assert rc == 1 and res["sensitivity"]["amplifies"] is True
+    assert [c["original_nodes"] for c in b["culprits"]] == case["expected_culprits"]
+    assert b["culprits"][0]["optimizers"] == case["expected_passes"] and b["culprits"][0]["amplified"] is False
+    lj = b["local_judgement"]
+    rows = {r["unit"]: r for r in lj["units"]}
+    assert len(lj["worse"]) == 1 and rows[lj["worse"][0]]["op_type"] == "FastGelu"
+    assert rows[lj["worse"][0]]["ratio"] > 100 * lj["factor"]
+    assert all(rows[u]["ratio"] < lj["factor"] for u in lj["reorders_only"]) and len(lj["reorders_only"]) > 40
+    be = b["workaround"]["best_effort"]
+    assert be["disabled_optimizers"] == ["GeluApproximation"] and be["ratio"] < be["ratio_before"] / 10
+    assert "reorder rounding only" in out
+
+
 def test_fp16_keepset_found_and_proven(tmp_path):
     case = _case("fp16_keepset.onnx")
     rc, res, out = _bisect(tmp_path, "fp16_keepset.onnx", "--precision", "fp16")

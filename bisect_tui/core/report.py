@@ -305,10 +305,23 @@ def bisect_text(s: dict) -> str:
                      f"(max_abs {fmt(fe['max_abs'])}); {w['how']}")
     elif w and w.get("kind") == "mark_outputs":
         lines.append(f"workaround: {w['how']}")
+    elif w and w.get("best_effort"):
+        be = w["best_effort"]
+        lines.append(f"workaround: disable {', '.join(be['disabled_optimizers'])} -> the full engine goes from "
+                     f"x{fmt(be['ratio_before'])} to x{fmt(be['ratio'])} of tolerance; it still fails because "
+                     f"{be['why_not_passing']}")
     elif w:
         lines.append(f"workaround: none found ({w['how']})")
     if b.get("explanation"):
         lines.append(b["explanation"])
+    lj = b.get("local_judgement")
+    if lj:
+        from bisect_tui.core.bisect.local_judgement import summary_line
+
+        lines.append(summary_line(lj))
+        for r in sorted((r for r in lj["units"] if r.get("ratio") is not None), key=lambda r: -r["ratio"])[:5]:
+            lines.append(f"  {term(r['op_type'])} '{term(r['fused_node'])}': fused error {fmt(r['ratio'])}x the "
+                         f"FP32 error -> {r['verdict']}")
     lines += evidence_lines(b.get("evidence"))
     lines += precision_lines(b.get("precision"))
     if b.get("stopped_reason"):
@@ -371,7 +384,16 @@ def bisect_markdown(s: dict) -> str:
         parts += [b["explanation"], ""]
     if b.get("stopped_reason"):
         parts += [f"**Stopped early:** {b['stopped_reason']}", ""]
-    if b.get("evidence", {}).get("node"):
+    lj = b.get("local_judgement")
+    if lj:
+        from bisect_tui.core.bisect.local_judgement import summary_line
+
+        rows = sorted((r for r in lj["units"] if r.get("ratio") is not None), key=lambda r: -r["ratio"])
+        parts += ["### Local judgement (each fused node alone vs float64)", summary_line(lj), "",
+                  _md_table(["fused node", "op", "fused / FP32 error", "verdict"],
+                            [[md_code(r["fused_node"]), md(r["op_type"]), fmt(r["ratio"]), r["verdict"]]
+                             for r in rows[:30]]), ""]
+    if (b.get("evidence") or {}).get("node"):
         parts += ["### Where the error starts", "```", *evidence_lines(b["evidence"]), "```", ""]
     p = b.get("precision")
     if p:

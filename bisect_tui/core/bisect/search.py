@@ -77,7 +77,8 @@ class Bisector:
     """Runs the search for one Triage (baseline done) and one engine config."""
 
     def __init__(self, triage, config: Optional[EngineConfig] = None, max_builds: int = 200,
-                 max_culprits: int = 5):
+                 max_culprits: int = 5, local_factor: float = 10.0):
+        self.local_factor = local_factor
         self.t = triage
         self.config = config or triage.opts.config
         self.max_builds = max_builds
@@ -349,7 +350,12 @@ class Bisector:
             return self._finish(result, t0)
         blocked = self.evaluate("all fusions blocked", None, marks=list(self._all_tensors))
         result["all_blocked"] = blocked.to_dict()
-        level, level_step = self.find_level() if self.config.level != "disable" else (self.config.level, full)
+        if self.amplifies() or self.config.level == "disable":
+            # in an amplifying model the lowest failing level only shows amplified reordering:
+            # every fusion of the user's level is judged locally instead
+            level = self.config.level
+        else:
+            level, _ = self.find_level()
         result["level"] = level
         try:
             units, optimized = self.units_at(level)
@@ -380,12 +386,14 @@ class Bisector:
         searchable = [u for u in units if u.blockable]
         self.expected_builds = self.builds + max(1, math.ceil(math.log2(max(len(searchable), 1)))) + 2
         seeds: list[Unit] = []
+        by_idx = {u.index: u for u in units}
         if probe_fn and optimized:
             probe = probe_fn(optimized, units)
             result["probe"] = probe
-            by_idx = {u.index: u for u in units}
             seeds = [by_idx[i] for i in probe.get("suspects", []) if i in by_idx and by_idx[i].blockable]
         cfg_level = self.config.with_level(level)
+        if self.amplifies() and units:
+            return self._finish(self._local_verdict(result, units, cfg_level), t0)
         held: list[Unit] = []
         culprits: list[list[Unit]] = []
         self.config, saved = cfg_level, self.config
@@ -432,6 +440,36 @@ class Bisector:
                 "the unmarked engine (e.g. a fusion spanning several marked tensors)"
             )
         return self._finish(result, t0)
+
+    def amplifies(self) -> bool:
+        """The check's sensitivity: a 1-ulp input change already breaks the tolerance."""
+        sens = (self.t.fused or {}).get("sensitivity") or {}
+        return bool(sens.get("amplifies"))
+
+    def _local_verdict(self, result: dict, units: list[Unit], cfg_level: EngineConfig) -> dict:
+        """In a model that amplifies rounding the outputs blame every fusion, so
+        each fused node is judged alone against float64 instead; only the ones
+        far worse than the unfused FP32 ops are culprits."""
+        from bisect_tui.core.bisect.local_judgement import judge_units
+
+        local = judge_units(self.t, units, cfg_level, self.dir / "local", self.local_factor)
+        result["local_judgement"] = local
+        by_idx = {u.index: u for u in units}
+        worse = [by_idx[i] for i in local["worse"]]
+        result["culprits"] = [[u.index] for u in worse]
+        result["verdict"] = "culprits" if worse else "no_culprit"
+        if worse:
+            # how far the engine gets with the wrong ones held unfused (the rest is amplified rounding)
+            held = [u for u in worse if u.blockable]
+            rest = [u for u in units if u.blockable and u not in held]
+            step = self.evaluate("local culprits held", rest, cfg_level, held=held)
+            result["with_local_culprits_held"] = step.to_dict()
+        result["explanation"] = (
+            "the model amplifies rounding (see sensitivity): every fusion breaks the output tolerance, so each "
+            f"fused node was judged alone on the baseline's own inputs against float64; {len(worse)} are more "
+            f"than {local['factor']:g}x further from it than the unfused FP32 ops, the other "
+            f"{len(local['reorders_only'])} reorder rounding only")
+        return result
 
     def _finish(self, result: dict, t0: float) -> dict:
         result["steps"] = [s.to_dict() for s in self.steps]

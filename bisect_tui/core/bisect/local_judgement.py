@@ -1,0 +1,124 @@
+"""Local judgement: every fused unit in isolation, against a float64 truth.
+
+In a model that amplifies rounding (the sensitivity check: a 1-ulp input
+change already moves the outputs past the tolerance), the final outputs
+cannot tell a wrong fusion from one that only reorders FP32 arithmetic: every
+fusion breaks the tolerance there. Each unit's own subgraph, fed the
+baseline's own tensors, can: a fused op whose error against float64 is many
+times the unfused FP32 ops' error is wrong; one within a small factor only
+reorders rounding. The same ranking seeds the search.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
+
+from bisect_tui.core import atomic
+from bisect_tui.core.baseline import load_tensor, manifest_index
+from bisect_tui.core.bisect.isolate import extract_subgraph, float64_truth
+from bisect_tui.core.bisect.units import Unit
+from bisect_tui.core.cancel import Progress
+from bisect_tui.core.errors import EngineBuildError
+from bisect_tui.core.runner import make_session
+
+# a fused unit is wrong when its error vs float64 exceeds the unfused FP32
+# error by this factor (reordering FP32 arithmetic stays within ~1-3x)
+LOCAL_FACTOR = 10.0
+
+
+def _rmse(a: np.ndarray, b: np.ndarray) -> float:
+    d = a.astype(np.float64) - b.astype(np.float64)
+    return float(np.sqrt(np.mean(d * d))) if d.size else 0.0
+
+
+def judge_units(triage, units: list[Unit], config, out_dir: Path,
+                factor: float = LOCAL_FACTOR) -> dict:
+    """One row per unit: fused and unfused FP32 error against float64, their
+    ratio, and the verdict ("worse" or "reorders rounding only")."""
+    idx = manifest_index(triage.baseline.manifest)
+    types: dict[str, tuple[str, list[int]]] = {}
+    for name, arr in triage.inputs.arrays.items():
+        types[name] = (arr.dtype.name, list(arr.shape[1:]))
+    for t, e in idx.items():
+        types[t] = (e["dtype"], e["shape"])
+    out_dir.mkdir(parents=True, exist_ok=True)
+    cache: dict[str, np.ndarray] = {}
+
+    def feed(name: str) -> np.ndarray:
+        if name in triage.inputs.arrays:
+            return triage.inputs.arrays[name]
+        if name not in cache:
+            cache[name] = np.asarray(load_tensor(triage.session, triage.baseline.manifest, name))
+        return cache[name]
+
+    rows = []
+    for n, u in enumerate(units):
+        triage.cancel.check()
+        triage.progress(Progress("local", f"judging fused node {n + 1}/{len(units)} against float64", n, len(units)))
+        row: dict = {"unit": u.index, "fused_node": u.fused_node, "op_type": u.op_type,
+                     "original_nodes": list(u.original_nodes)}
+        try:
+            sub, sub_inputs = extract_subgraph(triage.info.model, u.original_nodes, u.outputs, types)
+        except Exception as exc:  # noqa: BLE001 - a unit we cannot cut out is reported, not guessed
+            rows.append({**row, "verdict": "not isolable", "why": str(exc).splitlines()[0][:160]})
+            continue
+        path = out_dir / f"unit_{u.index}.onnx"
+        atomic.write_bytes(path, sub.SerializeToString())
+        stacked = {i: np.asarray(feed(i)) for i in sub_inputs}
+        try:
+            built = triage.engine.build(path, config, (), None)
+        except EngineBuildError as exc:
+            rows.append({**row, "verdict": "worse", "ratio": math.inf, "why": f"fused subgraph does not build: {exc}"})
+            continue
+        unfused = make_session(sub, "disable")
+        names = [o.name for o in unfused.get_outputs()]
+        fused_err = unfused_err = scale = 0.0
+        truth_how = ""
+        try:
+            for k in range(triage.inputs.samples):
+                feeds = {i: np.ascontiguousarray(a[k]) for i, a in stacked.items()}
+                uo = dict(zip(names, unfused.run(names, feeds)))
+                fo = built.run(feeds)
+                truth, truth_how = float64_truth(sub, feeds)
+                if truth is None:
+                    break
+                for o in u.outputs:
+                    fused_err = max(fused_err, _rmse(fo[o], truth[o]))
+                    unfused_err = max(unfused_err, _rmse(uo[o], truth[o]))
+                    scale = max(scale, float(np.sqrt(np.mean(np.square(truth[o].astype(np.float64))))))
+        except EngineBuildError as exc:
+            rows.append({**row, "verdict": "worse", "ratio": math.inf, "why": f"fused subgraph fails: {exc}"})
+            continue
+        finally:
+            built.close()
+        if truth is None:
+            rows.append({**row, "verdict": "not isolable", "why": truth_how})
+            continue
+        # exact ops (Relu) have no FP32 error at all: measure against one FP32 ulp of the values
+        floor = max(unfused_err, 6e-8 * scale, 1e-30)
+        ratio = fused_err / floor
+        rows.append({**row, "fused_vs_truth_rmse": fused_err, "unfused_vs_truth_rmse": unfused_err,
+                     "ratio": ratio, "verdict": "worse" if ratio > factor else "reorders rounding only"})
+    ranked = sorted((r for r in rows if r.get("ratio") is not None), key=lambda r: -r["ratio"])
+    return {
+        "factor": factor,
+        "units": rows,
+        "ranking": [r["unit"] for r in ranked],
+        "worse": [r["unit"] for r in ranked if r["verdict"] == "worse"],
+        "reorders_only": [r["unit"] for r in rows if r["verdict"] == "reorders rounding only"],
+    }
+
+
+def summary_line(local: Optional[dict]) -> Optional[str]:
+    if not local:
+        return None
+    return (f"local judgement ({len(local['units'])} fused nodes, each alone vs float64, factor "
+            f"{local['factor']:g}): {len(local['worse'])} worse than FP32, "
+            f"{len(local['reorders_only'])} reorder rounding only")
+
+
+__all__ = ["LOCAL_FACTOR", "judge_units", "summary_line"]
