@@ -84,6 +84,7 @@ def test_hidden_culprit_fixpoint_and_untagged_attribution(tmp_path):
     assert "exposed by disabling BiasGeluFusion" in out
 
 
+@pytest.mark.slow
 @old_ort_skip
 def test_amplifying_model_names_only_the_wrong_fusion(tmp_path):
     case = _case("amplifying_stack.onnx")
@@ -102,6 +103,7 @@ def test_amplifying_model_names_only_the_wrong_fusion(tmp_path):
     assert "reorder rounding only" in out
 
 
+@pytest.mark.slow
 def test_fp16_keepset_found_and_proven(tmp_path):
     case = _case("fp16_keepset.onnx")
     rc, res, out = _bisect(tmp_path, "fp16_keepset.onnx", "--precision", "fp16")
@@ -150,3 +152,25 @@ def test_passing_model_still_has_no_culprit(tmp_path):
     rc, res, _ = _bisect(tmp_path, "passing_stack.onnx", *GELU_APPROX)
     assert rc == 0 and res["bisect"]["verdict"] == "pass" and res["bisect"]["culprits"] == []
     assert res["bisect"]["precision"] is None
+
+
+@old_ort_skip
+def test_local_judgement_batched_equals_one_at_a_time(tmp_path):
+    """The batched judgement (all unit subgraphs side by side in one model)
+    gives each unit the same numbers as judging it alone."""
+    from bisect_tui.core.bisect import local_judgement as lj
+    from bisect_tui.core.bisect.search import Bisector
+    from bisect_tui.core.pipeline import Triage, TriageOptions
+    from bisect_tui.engines.base import EngineConfig
+
+    cfg = EngineConfig(level="extended", config_entries=(("optimization.enable_gelu_approximation", "1"),))
+    t = Triage(TriageOptions(model=SAMPLES / "transformer_block.onnx", session_dir=tmp_path / "s", config=cfg))
+    t.run_all()
+    units, _ = Bisector(t, cfg).units_at("extended")
+    batched = lj._judge_batched(t, units, cfg, tmp_path / "b", lj.LOCAL_FACTOR)
+    each = lj._judge_each(t, units, cfg, tmp_path / "e", lj.LOCAL_FACTOR)
+    assert [r["unit"] for r in batched["units"]] == [r["unit"] for r in each["units"]]
+    for a, b in zip(batched["units"], each["units"]):
+        assert a["verdict"] == b["verdict"]
+        assert a["fused_vs_truth_rmse"] == pytest.approx(b["fused_vs_truth_rmse"], rel=1e-6, abs=1e-12)
+    assert [units[i].op_type for i in batched["worse"]] == ["FastGelu"]
