@@ -174,3 +174,27 @@ def test_local_judgement_batched_equals_one_at_a_time(tmp_path):
         assert a["verdict"] == b["verdict"]
         assert a["fused_vs_truth_rmse"] == pytest.approx(b["fused_vs_truth_rmse"], rel=1e-6, abs=1e-12)
     assert [units[i].op_type for i in batched["worse"]] == ["FastGelu"]
+
+
+def test_near_zero_reference_does_not_fail_on_cosine_alone():
+    """Seen on a detection model: a near-empty map (max |ref| < atol) with cosine
+    0.99977 and a max abs error of 1.5e-7. Cosine alone must not fail it; a real
+    absolute error still does."""
+    from bisect_tui.core.bisect.judge import OutputJudge
+    from bisect_tui.core.tolerance import parse_tolerance
+
+    rng = np.random.default_rng(0)
+    ref = (rng.standard_normal((1, 64, 64)) * 2e-6).astype(np.float32)
+    noisy = ref + (rng.standard_normal(ref.shape) * 1.5e-7).astype(np.float32)
+    judge = OutputJudge({"heat": ref}, parse_tolerance("fp32"))
+    j = judge.judge([{"heat": noisy[0]}])
+    out = j.outputs["heat"]
+    assert out["metrics"]["cosine"] < 0.99999  # the preset's cosine criterion alone would fail it
+    assert j.passed and out["decided_by"].startswith("all criteria passed")
+    assert any("essentially zero" in s for s in out["verdict"]["skipped"])
+    broken = ref + np.float32(5e-4)
+    j2 = judge.judge([{"heat": broken[0]}])
+    assert not j2.passed and "atol/rtol" in j2.outputs["heat"]["decided_by"]
+    big = (rng.standard_normal((1, 64, 64))).astype(np.float32)  # a normal tensor keeps its cosine check
+    assert "min_cosine" in [c["name"] for c in OutputJudge({"y": big}, parse_tolerance("fp32"))
+                            .judge([{"y": big[0]}]).outputs["y"]["verdict"]["checked"]]

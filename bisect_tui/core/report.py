@@ -104,6 +104,9 @@ def output_line(name: str, o: dict) -> str:
             f"max_rel {fmt(m['max_rel'])}, cosine {cos_text(m['cosine'])}, snr {fmt(m['snr_db'])} dB")
     if not o["passed"]:
         line += f"\n         {o['summary']}"
+    for note in (o.get("verdict") or {}).get("skipped", []):
+        if "essentially zero" in note:  # say which criterion decided when cosine was set aside
+            line += f"\n         decided by atol/rtol: {note}"
     return line
 
 
