@@ -74,6 +74,9 @@ def test_hidden_culprit_fixpoint_and_untagged_attribution(tmp_path):
     first = b["culprits"][0]["attribution"]
     assert first["tags"] == [] and first["group_test"]["found"] == "BiasGeluFusion"
     assert first["group_test"]["builds"] <= int(np.ceil(np.log2(first["group_test"]["names"]))) + 3
+    # ORT's own INFO log says which transformers modified the subgraph: it agrees
+    assert first["group_test"]["engine_log_agrees"] is True
+    assert {"BiasGeluFusion", "GeluApproximation"} <= set(first["group_test"]["engine_log_modified"])
     assert b["culprits"][0]["kind"] == "fusion" and b["culprits"][0]["exposed_by"] is None
     assert b["culprits"][1]["exposed_by"] == ["BiasGeluFusion"]
     w = b["workaround"]

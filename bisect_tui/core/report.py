@@ -261,6 +261,12 @@ def culprit_lines(c: dict, i: int) -> list[str]:
         + (" (confirmed: disabling removes the fused node)" if c["attribution"]["confirmed"] else "")
         + (f"; found by {c['attribution']['how']}" if (c["attribution"].get("group_test") or {}).get("found") else ""),
     ]
+    gt = c["attribution"].get("group_test") or {}
+    if gt.get("engine_log_modified"):
+        lines.append(f"  ORT's own log, passes that modified the subgraph: {', '.join(gt['engine_log_modified'])}"
+                     + (" (agrees)" if gt.get("engine_log_agrees") else
+                        " (does not list the pass found: rules run inside Level<N>_RuleBasedTransformer)"
+                        if gt.get("found") else ""))
     if c.get("exposed_by"):
         lines.insert(1, f"  exposed by disabling {', '.join(c['exposed_by'])}: another pass then fuses "
                         "these nodes just as wrongly")

@@ -786,6 +786,9 @@ class OrtEngine:
     def versions(self) -> dict[str, str]:
         return versions()
 
+    def modifying_passes(self, model_path: Path, config: EngineConfig) -> Optional[list[str]]:
+        return modifying_passes(model_path, config)
+
     def confirm_optimizer_effect(
         self,
         model_path: Path,
@@ -794,6 +797,57 @@ class OrtEngine:
         workdir: Optional[Path] = None,
     ) -> dict[str, bool]:
         return confirm_optimizer_effect(model_path, config, optimizer_names, workdir)
+
+
+_STDERR_LOCK = __import__("threading").Lock()
+_MODIFIED_RE = re.compile(r"GraphTransformer (\S+) modified: 1")
+
+
+def modifying_passes(model_path: Path, config: EngineConfig) -> Optional[list[str]]:
+    """Names of the graph transformers ORT's own log says modified this model
+    (session log at INFO: "GraphTransformer X modified: 1"), in log order.
+
+    The log goes to the process's stderr from native code, so fd 2 is pointed
+    at a temp file for the session creation (under a lock). Rewrite rules run
+    inside `Level<N>_RuleBasedTransformer` and are logged under that name.
+    None when the log could not be read (never a reason to fail)."""
+    import onnxruntime as ort
+
+    model_path = Path(model_path)
+    with tempfile.TemporaryDirectory(prefix="bisect_tui_log_") as d:
+        base = (_fp16_model_path(model_path, Path(d), config.keep_fp32)
+                if config.precision == "fp16" else model_path)
+        so = ort.SessionOptions()
+        so.graph_optimization_level = getattr(ort.GraphOptimizationLevel, _LEVEL_NAMES[config.level])
+        so.log_severity_level = 1
+        for k, v in config.config_entries:
+            so.add_session_config_entry(str(k), str(v))
+        log = Path(d) / "ort.log"
+        with _STDERR_LOCK:
+            try:
+                import sys
+
+                sys.stderr.flush()
+                fd = os.open(log, os.O_WRONLY | os.O_CREAT, 0o600)
+                saved = os.dup(2)
+            except OSError:
+                return None
+            try:
+                os.dup2(fd, 2)
+                try:
+                    ort.InferenceSession(str(base), so, providers=list(config.providers),
+                                         disabled_optimizers=list(config.disabled_optimizers))
+                except _ort_errors():
+                    pass  # the log up to the failure still says what ran
+            finally:
+                os.dup2(saved, 2)
+                os.close(saved)
+                os.close(fd)
+        try:
+            text = log.read_text(errors="replace")
+        except OSError:
+            return None
+    return list(dict.fromkeys(_MODIFIED_RE.findall(text)))
 
 
 def _uses_external_data_file(path: Path) -> bool:
@@ -858,6 +912,7 @@ __all__ = [
     "confirm_optimizer_effect",
     "fused_node_map",
     "known_optimizers",
+    "modifying_passes",
     "optimizer_tags",
     "unknown_optimizers",
     "versions",

@@ -100,6 +100,13 @@ def group_test(engine, subgraph, cfg, units: list[Unit], names: list[str], cance
     if len(cands) == 1 and gone(cands):
         out["found"] = cands[0]
     out["builds"] = builds
+    # cross-check with what the engine itself logs about the passes that changed the subgraph
+    log_fn = getattr(engine, "modifying_passes", None)
+    if log_fn is not None:
+        logged = log_fn(subgraph, cfg)
+        out["engine_log_modified"] = logged
+        if logged is not None and out["found"]:
+            out["engine_log_agrees"] = out["found"] in logged
     return out
 
 
