@@ -12,7 +12,8 @@ passes" a binary search. The ranking puts first what the evidence points at:
 nodes named in the engine's error message, nodes fed by weights that FP16
 cannot hold (overflow to inf, or underflow into subnormals), producers of the
 range check's FP16 overflow tensors, and the probe's tensors with the largest
-error; then every other node in graph order. Each node of the answer is
+error; then every other node in graph order. The seeds are tried first (when
+they pass, "keep everything" is never built), then everything. Each node of the answer is
 necessary given the others (a one-minimal set), found with about
 log2(candidates) builds per node.
 """
@@ -106,14 +107,16 @@ def precision_search(bisector, triage, search: dict, max_builds: Optional[int] =
     out = {"engine_pin": "onnxruntime.transformers.float16.convert_float_to_float16(node_block_list=...)",
            "candidates": len(ranked), "seeds": seeds, "keep_fp32": [], "passed": False, "tests": tests}
     try:
-        if not passes(ranked):
+        # the evidence first: when the seeds alone pass, "keep everything" needs no build
+        seed_names = [s["node"] for s in seeds]
+        if seed_names and passes(seed_names):
+            pool = seed_names
+        elif len(seed_names) < len(ranked) and passes(ranked):
+            pool = ranked
+        else:
             out["explanation"] = ("even with every node kept in FP32 the engine fails: the precision of "
                                   "single nodes is not the cause (inputs/outputs, a kernel, or the engine)")
             return _finish(out, bisector, start)
-        pool = ranked
-        seed_names = [s["node"] for s in seeds]
-        if seed_names and len(seed_names) < len(ranked) and passes(seed_names):
-            pool = seed_names
         needed: list[str] = []
         while pool:
             if needed and passes(needed):
