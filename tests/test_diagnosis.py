@@ -85,6 +85,12 @@ def test_hidden_culprit_fixpoint_and_untagged_attribution(tmp_path):
     assert not _plain_ort("gelu_bias.onnx", "fp32", ["BiasGeluFusion"], cfg)  # the first pass alone: still broken
     assert _plain_ort("gelu_bias.onnx", "fp32", w["disabled_optimizers"], cfg)
     assert "exposed by disabling BiasGeluFusion" in out
+    # the graph search proper stays within log2(fused nodes) + 3 builds per culprit
+    search_kinds = {"all fusions at level", "remaining fusions", "suspect alone", "bisect", "culprit alone",
+                    "interaction"}
+    search = [st for st in b["steps"] if st["kind"].split(": ", 1)[-1] in search_kinds and not st["cached"]]
+    bound = int(np.ceil(np.log2(len(b["units"])))) + 3
+    assert len(search) <= bound * len(b["culprits"])
 
 
 @pytest.mark.slow
@@ -201,3 +207,32 @@ def test_near_zero_reference_does_not_fail_on_cosine_alone():
     big = (rng.standard_normal((1, 64, 64))).astype(np.float32)  # a normal tensor keeps its cosine check
     assert "min_cosine" in [c["name"] for c in OutputJudge({"y": big}, parse_tolerance("fp32"))
                             .judge([{"y": big[0]}]).outputs["y"]["verdict"]["checked"]]
+
+
+def test_engine_run_failure_is_captured_with_the_engines_message(tmp_path):
+    """ORT's own run-time failure (a Reshape to an impossible shape fed at run
+    time) comes back as EngineRunError carrying ORT's message, which the search
+    records as a failing step of kind run_error."""
+    from onnx import TensorProto, helper
+
+    from bisect_tui.core.errors import EngineRunError
+    from bisect_tui.engines.base import EngineConfig
+    from bisect_tui.engines.ort import OrtEngine
+
+    m = helper.make_model(helper.make_graph(
+        [helper.make_node("Reshape", ["x", "shape"], ["y"], name="reshape")], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3]),
+         helper.make_tensor_value_info("shape", TensorProto.INT64, [1])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)]),
+        opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    path = tmp_path / "m.onnx"
+    onnx.save(m, path)
+    built = OrtEngine().build(path, EngineConfig(), (), tmp_path / "w")
+    try:
+        assert built.run({"x": np.ones((2, 3), np.float32), "shape": np.array([6], np.int64)})["y"].shape == (6,)
+        with pytest.raises(EngineRunError) as exc:
+            built.run({"x": np.ones((2, 3), np.float32), "shape": np.array([4], np.int64)})
+    finally:
+        built.close()
+    assert exc.value.kind == "run_error" and "reshape" in exc.value.engine_message.lower()
