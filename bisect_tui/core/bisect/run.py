@@ -113,6 +113,7 @@ def run_bisection(triage, max_builds: int = 200, config=None, max_culprits: int 
             used = bis.builds + extra_builds
             sub = Bisector(triage, cfg, max(max_builds - used, 1), max_culprits)
             sub._seed_from_check = None
+            sub.adopt_full_engine(step)
             s2 = sub.run(probe)
             for st in sub.steps:
                 st.kind = f"round {layer}: {st.kind}"

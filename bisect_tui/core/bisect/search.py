@@ -336,6 +336,14 @@ class Bisector:
         ).to_dict()
         self._append({**self._cache[key], "at": now_iso(), "from": "check.json"})
 
+    def adopt_full_engine(self, step: Step) -> None:
+        """Another search already built and judged this search's full engine
+        (the fixpoint's check with the found passes disabled): reuse it."""
+        key = stable_key(self.search_key, self.config.to_dict(), hashlib.sha1(b"").hexdigest())
+        if key in self._cache or step.config.get("disabled_optimizers") != list(self.config.disabled_optimizers):
+            return
+        self._cache[key] = {**step.to_dict(), "key": key, "kind": "full engine"}
+
     def run(self, probe_fn: Optional[Callable] = None) -> dict:
         """Search; returns the JSON-able search result (culprits as unit indices)."""
         t0 = time.perf_counter()
