@@ -138,7 +138,9 @@ def _judge_batched(triage, units: list[Unit], config, out_dir: Path, factor: flo
         built.close()
     rows = [_verdict({"unit": u.index, "fused_node": u.fused_node, "op_type": u.op_type,
                       "original_nodes": list(u.original_nodes)}, *err[u.index], factor) for u in units]
-    return _summary(rows, factor, "batched: every unit's subgraph side by side in one model, 3 runs")
+    res = _summary(rows, factor, "batched: every unit's subgraph side by side in one model, 3 runs")
+    res["engine_builds"] = 1  # the fused build of the batch (plus one unfused session and the float64 run)
+    return res
 
 
 def _judge_each(triage, units: list[Unit], config, out_dir: Path, factor: float) -> dict:
@@ -197,7 +199,9 @@ def _judge_each(triage, units: list[Unit], config, out_dir: Path, factor: float)
             rows.append({**row, "verdict": "not isolable", "why": truth_how})
             continue
         rows.append(_verdict(row, fused_err, unfused_err, scale, factor))
-    return _summary(rows, factor, "one unit at a time")
+    res = _summary(rows, factor, "one unit at a time")
+    res["engine_builds"] = sum(1 for r in rows if r["verdict"] != "not isolable")
+    return res
 
 
 def summary_line(local: Optional[dict]) -> Optional[str]:
