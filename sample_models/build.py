@@ -457,6 +457,40 @@ def amplifying_stack():
     }
 
 
+def conv_bn_fp16():
+    g = Graph("conv_bn_fp16", seed=1111)
+    x = g.input("image", [1, 3, 16, 16])
+    t = g.op("Mul", "pre/scale", [x, g.const("pre/inv255", np.float32(1.0 / 255.0))])
+    c = 8
+    w = g.weight("stem/conv/W", (c, 3, 3, 3), 8.0)
+    t = g.op("Conv", "stem/conv", [t, w, g.weight("stem/conv/b", (c,), 0.01)], pads=[1, 1, 1, 1],
+             kernel_shape=[3, 3])
+    gamma = np.ones(c)
+    gamma[[2, 5]] = 1.0e4  # two channels with a large learnt scale
+    t = g.op("BatchNormalization", "stem/bn",
+             [t, g.const("stem/bn/scale", gamma), g.const("stem/bn/bias", np.zeros(c)),
+              g.const("stem/bn/mean", np.zeros(c)), g.const("stem/bn/var", np.ones(c))], epsilon=1e-5)
+    t = g.op("Relu", "stem/relu", [t])
+    t = g.op("GlobalAveragePool", "head/gap", [t])
+    y = g.op("Flatten", "head/flatten", [t], axis=1)
+    g.output(y, [1, c])
+    desc = ("Input scaling (1/255), Conv, BatchNormalization with a large scale on two channels, Relu, "
+            "global average pool. In FP16, ORT's ConvBNFusion (a rewrite rule at level basic) folds the BN "
+            "scale into the conv weights in FP16: 8 x 1e4 overflows to inf and those channels become NaN. "
+            "The unfused FP16 engine keeps the conv weights and BN scale apart and passes. The fused node "
+            "keeps the original name `stem/conv` (no optimizer tag), so attribution needs group testing.")
+    return g.model(desc), {
+        "description": desc,
+        "preset": "fp16",
+        "passes_with": engine("all", "fp32"),
+        "also_passes_with": [engine("disable", "fp16")],
+        "breaks_with": engine("all", "fp16"),
+        "expected_culprits": [["stem/conv", "stem/bn"]],
+        "expected_passes": ["ConvBNFusion"],
+        "class": "untagged_pass",
+    }
+
+
 KEEPSET = {"tiny_std": 4e-7, "scale": 1e5}
 
 
@@ -523,6 +557,7 @@ BUILDERS = {
     "passing_stack.onnx": passing_stack,
     "gelu_bias.onnx": gelu_bias,
     "amplifying_stack.onnx": amplifying_stack,
+    "conv_bn_fp16.onnx": conv_bn_fp16,
     "fp16_keepset.onnx": fp16_keepset,
     "hann_fp16.onnx": hann_fp16,
 }

@@ -125,6 +125,28 @@ def test_amplifying_model_names_only_the_wrong_fusion(tmp_path):
     assert not ok_default and not ok_approx and err_approx > 10 * err_default and err_fixed < err_approx / 10
 
 
+@old_ort_skip
+def test_untagged_fusion_that_keeps_an_original_name(tmp_path):
+    """ConvBNFusion (a rewrite rule) keeps the Conv's name and folds the BN scale
+    into FP16 weights, which overflow: without group testing this was "made by:
+    unknown" with a marked tensor as the only workaround."""
+    case = _case("conv_bn_fp16.onnx")
+    rc, res, out = _bisect(tmp_path, "conv_bn_fp16.onnx", "--precision", "fp16")
+    b = res["bisect"]
+    assert rc == 1
+    c = b["culprits"][0]
+    assert [x["original_nodes"] for x in b["culprits"]] == case["expected_culprits"]
+    assert c["fused_node"] == "stem/conv" and c["attribution"]["tags"] == []  # an original name, no tag
+    assert c["optimizers"] == case["expected_passes"] and c["attribution"]["group_test"]["found"] == "ConvBNFusion"
+    assert c["amplified"] is False and next(iter(c["isolated"]["outputs"].values()))["fused_worse"] is True
+    w = b["workaround"]
+    assert w["kind"] == "disable_optimizers" and w["disabled_optimizers"] == ["ConvBNFusion"]
+    # plain ORT: the FP16 engine breaks (NaN), unfused FP16 passes, ConvBNFusion disabled passes
+    assert not _plain_ort("conv_bn_fp16.onnx", "fp16")
+    assert _plain_ort("conv_bn_fp16.onnx", "fp16", ["ConvBNFusion"])
+    assert "found by group testing" in out
+
+
 @pytest.mark.slow
 def test_fp16_keepset_found_and_proven(tmp_path):
     case = _case("fp16_keepset.onnx")

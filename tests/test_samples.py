@@ -48,7 +48,8 @@ MODELS = [
 # Diagnosis classes (hidden culprit, FP16 keep-set, FP16 build error): their
 # claims do not fit the one-fusion checks below; tests/test_diagnosis.py
 # verifies each against plain onnxruntime.
-DIAGNOSIS_MODELS = ["gelu_bias.onnx", "amplifying_stack.onnx", "fp16_keepset.onnx", "hann_fp16.onnx"]
+DIAGNOSIS_MODELS = ["gelu_bias.onnx", "amplifying_stack.onnx", "conv_bn_fp16.onnx", "fp16_keepset.onnx",
+                    "hann_fp16.onnx"]
 LEVELS = {
     "disable": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
     "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
@@ -223,7 +224,7 @@ def test_cases_schema(cases):
     engine_keys = {"level", "precision", "config_entries"}
     for name, c in cases.items():
         if name in DIAGNOSIS_MODELS:
-            assert c["class"] in ("hidden_culprit", "amplifying", "precision", "build_error"), name
+            assert c["class"] in ("hidden_culprit", "amplifying", "untagged_pass", "precision", "build_error"), name
             continue
         assert c["preset"] in PRESETS, name
         assert isinstance(c["description"], str) and c["description"], name

@@ -265,8 +265,8 @@ def culprit_lines(c: dict, i: int) -> list[str]:
     if gt.get("engine_log_modified"):
         lines.append(f"  ORT's own log, passes that modified the subgraph: {', '.join(gt['engine_log_modified'])}"
                      + (" (agrees)" if gt.get("engine_log_agrees") else
-                        " (does not list the pass found: rules run inside Level<N>_RuleBasedTransformer)"
-                        if gt.get("found") else ""))
+                        f" ({gt['engine_log_note']})" if gt.get("engine_log_note") else
+                        " (does not list the pass found)" if gt.get("found") else ""))
     if c.get("exposed_by"):
         lines.insert(1, f"  exposed by disabling {', '.join(c['exposed_by'])}: another pass then fuses "
                         "these nodes just as wrongly")
@@ -277,7 +277,9 @@ def culprit_lines(c: dict, i: int) -> list[str]:
     for name, o in iso["outputs"].items():
         fu = o["fused_vs_unfused"]
         line = f"  in isolation on the baseline's own inputs, {name}: fused vs unfused max_abs {fmt(fu['max_abs'])}"
-        if "fused_vs_truth" in o:
+        if o.get("fused_nonfinite"):
+            line += f"; the fused result has {o['fused_nonfinite']} NaN/Inf value(s) where the float64 truth is finite"
+        elif "fused_vs_truth" in o:
             line += (f"; vs float64 truth: fused {fmt(o['fused_vs_truth']['max_abs'])}, "
                      f"unfused FP32 {fmt(o['unfused_vs_truth']['max_abs'])} "
                      f"({fmt(o['error_ratio'])}x the FP32 error{', fused is worse' if o['fused_worse'] else ''})")

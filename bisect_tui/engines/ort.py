@@ -321,13 +321,23 @@ def fused_node_map(
     # were renamed anyway (cast insertion with a prefix this code doesn't know)
     # they are still that node's original outputs.
     survivor_alias: dict[str, str] = {}
+    # The fp16 converter (keep_io_types) ends each graph output with a Cast back
+    # to float32; what feeds that Cast holds the graph output's values. This
+    # wins over the name rule below: a node that kept its name may have been
+    # rewired to produce another node's output (ConvBNFusion keeps the Conv and
+    # gives it the BatchNormalization's output).
+    graph_outs = set(oidx.graph_outputs)
+    for n in g.node:
+        if (n.op_type == "Cast" and len(n.output) == 1 and n.output[0] in graph_outs and n.input
+                and n.input[0] and n.input[0] not in orig_tensors):
+            survivor_alias[n.input[0]] = n.output[0]
     for n in g.node:
         o = oidx.by_name.get(n.name)
         if o is None or o.op_type != n.op_type or o.domain != n.domain or len(o.output) != len(n.output):
             continue
         for new_t, old_t in zip(n.output, o.output):
             if new_t and old_t and new_t not in orig_tensors:
-                survivor_alias[new_t] = old_t
+                survivor_alias.setdefault(new_t, old_t)
 
     # NchwcTransformer names each blocked-layout node `<original output>_nchwc`;
     # its (new) output holds that original tensor's values in NCHWc layout.

@@ -31,14 +31,18 @@ LOCAL_FACTOR = 10.0
 
 
 def _rmse(a: np.ndarray, b: np.ndarray) -> float:
-    d = a.astype(np.float64) - b.astype(np.float64)
+    """RMS error of `a` against the truth `b`; inf when `a` is NaN/Inf where `b` is finite."""
+    a64, b64 = a.astype(np.float64), b.astype(np.float64)
+    if np.any(np.isfinite(b64) & ~np.isfinite(a64)):
+        return math.inf
+    d = a64 - b64
     return float(np.sqrt(np.mean(d * d))) if d.size else 0.0
 
 
 def _verdict(row: dict, fused_err: float, unfused_err: float, scale: float, factor: float) -> dict:
     # exact ops (Relu) have no FP32 error at all: measure against one FP32 ulp of the values
     floor = max(unfused_err, 6e-8 * scale, 1e-30)
-    ratio = fused_err / floor
+    ratio = fused_err / floor if math.isfinite(floor) else (1.0 if not math.isfinite(fused_err) else 0.0)
     return {**row, "fused_vs_truth_rmse": fused_err, "unfused_vs_truth_rmse": unfused_err,
             "ratio": ratio, "verdict": "worse" if ratio > factor else "reorders rounding only"}
 
