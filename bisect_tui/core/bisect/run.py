@@ -37,6 +37,9 @@ def _culprits_of(triage, bis, search: dict, layer: int, exposed_by: list[str], f
         bis.config = level_cfg  # attribution compares engines at the level the search ran
         try:
             attr = attribute(bis, group, Path(iso["subgraph"]) if iso.get("subgraph") else None)
+        except BuildBudgetExceeded as exc:
+            attr = {"tags": sorted({t for u in group for t in u.optimizers}), "candidates": [], "confirmed": [],
+                    "group_test": None, "how": f"not attributed: {exc}"}
         finally:
             bis.config = saved
         attributions.append(attr)
@@ -81,10 +84,14 @@ def run_bisection(triage, max_builds: int = 200, config=None, max_culprits: int 
         return run_probe(triage, optimized, units)
 
     try:
-        search = bis.run(probe)
+        return _run(triage, bis, probe, max_builds, max_culprits)
     except Cancelled:
         triage.session.mark_step("bisect", "cancelled", steps=len(bis.steps))
         raise
+
+
+def _run(triage, bis, probe, max_builds: int, max_culprits: int) -> dict:
+    search = bis.run(probe)
     culprits, groups, attributions = _culprits_of(triage, bis, search, 1, [], 1)
     all_groups, all_attr = list(groups), list(attributions)
     layers = [{"layer": 1, "disabled": [], "verdict": search["verdict"], "culprits": len(culprits)}]
