@@ -156,7 +156,7 @@ def test_swapped_batch_rows_are_detected_with_the_permutation(dense, capsys):
     (t,) = json.loads((d / "r.json").read_text())["tensors"]
     f = next(f for f in t["findings"] if f["kind"] == "batch_order")
     assert f["permutation"] == perm and f["axis"] == 0
-    assert "test row i holds golden row [2, 0, 1, 3, 4, 5, 7, 6][i] (5 of 8 rows moved)" in out
+    assert "permutation [2, 0, 1, 3, 4, 5, 7, 6] (test row i is golden row permutation[i]; 5 of 8 rows moved)" in out
     assert "put back in order, the tensor is within tolerance" in out
     # the fix works: the reordered dump passes
     back = np.empty_like(fp16)
@@ -167,12 +167,18 @@ def test_swapped_batch_rows_are_detected_with_the_permutation(dense, capsys):
 
 def test_logits_that_differ_by_value_but_rank_alike(tmp_path, capsys):
     logits = np.random.default_rng(5).standard_normal((6, 50)).astype(np.float32)
-    np.save(tmp_path / "golden.npy", logits)
-    np.save(tmp_path / "test.npy", logits * 1.01 + 0.02)  # a calibration shift: values off, ranking intact
-    code, out, _ = run(["compare", tmp_path / "golden.npy", tmp_path / "test.npy"], capsys)
-    assert code == 1 and "finding (ranking)" in out and "top-1 100.0%" in out
-    code, out, _ = run(["compare", tmp_path / "golden.npy", tmp_path / "test.npy",
-                        "--tol", "test:atol=none,rtol=none,min_cosine=none,min_topk=0.995"], capsys)
+    np.savez(tmp_path / "golden.npz", logits=logits, hidden=logits)
+    shifted = logits * 1.01 + 0.02  # a calibration shift: values off, ranking intact
+    np.savez(tmp_path / "test.npz", logits=shifted, hidden=shifted)
+    code, out, _ = run(["compare", tmp_path / "golden.npz", tmp_path / "test.npz", "--json", tmp_path / "r.json"],
+                       capsys)
+    assert code == 1 and "top-1 100.0%" in out
+    found = {t["test"]: [f["kind"] for f in t["findings"]] for t in json.loads((tmp_path / "r.json").read_text())["tensors"]}
+    # only a tensor that is a ranking gets the hint; for a hidden state an intact argmax means nothing
+    assert found == {"logits": ["ranking"], "hidden": []}
+    assert "--tol 'logits:atol=none,rtol=none,min_cosine=none,min_topk=0.995'" in out
+    code, out, _ = run(["compare", tmp_path / "golden.npz", tmp_path / "test.npz", "--tol",
+                        "*:atol=none,rtol=none,min_cosine=none,min_topk=0.995"], capsys)
     assert code == 0, out
 
 

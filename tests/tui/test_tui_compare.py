@@ -43,7 +43,7 @@ async def test_compare_view_shows_tensors_histograms_and_findings(result, size):
         rows = [r for r in drawn.splitlines() if set(r) <= {BOTH, GOLDEN_ONLY, TEST_ONLY, " "} and r.strip()]
         assert rows and max(len(r) for r in rows) <= hist.content_size.width  # fits the screen
         findings = str(app.screen.query_one("#cmp-findings").render())
-        assert "test row i holds golden row [1, 0, 2, 3][i]" in findings
+        assert "permutation [1, 0, 2, 3] (test row i is golden row permutation[i]" in findings
         await pilot.press("down")  # to logits: raw fp16 words, aligned, within fp16 tolerance
         await pilot.pause()
         assert "✔ PASS: logits" in str(app.screen.query_one("#cmp-summary").render())

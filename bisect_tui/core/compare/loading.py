@@ -113,8 +113,8 @@ def _from_session(path: Path, base: Path, side: str) -> Source:
         tensors.append(Loaded(str(e["tensor"]), f, None, np.dtype(e["dtype"]).str,
                               (samples, *(int(d) for d in e["shape"])), sha256=str(e["sha256"])))
     return Source(path, "session", tuple(tensors),
-                  note=f"session baseline ({len(tensors)} tensors, leading samples axis of {samples}; "
-                       "each file used is checked against the manifest SHA-256)",
+                  note=f"session baseline: {len(tensors)} tensors with a leading samples axis of {samples}; "
+                       "each file used is checked against the manifest SHA-256",
                   samples_axis=True)
 
 

@@ -16,6 +16,7 @@ logits tensor stays cheap; what was sampled is said in the text.
 from __future__ import annotations
 
 import math
+import re
 from typing import Optional
 
 import numpy as np
@@ -137,7 +138,8 @@ def batch_order(g: np.ndarray, t: np.ndarray, tol: Tolerance, topk: Optional[int
     return Finding(
         "batch_order",
         f"batch order: along axis {axis} the test rows are the golden rows in another order{sample}: "
-        f"test row i holds golden row {list(perm_t)}[i] ({len(moved)} of {n} rows moved); put back in "
+        f"permutation {list(perm_t)} (test row i is golden row permutation[i]; {len(moved)} of {n} rows "
+        f"moved); put back in "
         f"order, the tensor {after}",
         "make the engine return rows in input order (dynamic batching or sorting requests by length "
         "reorders them), or reorder the test dump with this permutation before comparing",
@@ -146,7 +148,15 @@ def batch_order(g: np.ndarray, t: np.ndarray, tol: Tolerance, topk: Optional[int
     )
 
 
-def ranking(name: str, metrics: dict, verdict: Verdict) -> Optional[Finding]:
+LOGITS_HINT = re.compile(r"logit|prob|score|class|cls|token|lm_head|pred|topk", re.I)
+"""Names that say "this is a ranking": only for those (or with --topk) does agreeing
+ranking mean the engine may be fine; for a hidden state it means nothing."""
+
+
+def ranking(name: str, metrics: dict, verdict: Verdict, asked: bool = False) -> Optional[Finding]:
+    """`asked`: the user gave --topk (or min_topk), so the ranking matters whatever the name."""
+    if not (asked or LOGITS_HINT.search(name)):
+        return None
     top1, topk, k = metrics.get("top1_agreement"), metrics.get("topk_agreement"), metrics.get("topk")
     if top1 is None or topk is None or not (math.isfinite(top1) and math.isfinite(topk)):
         return None

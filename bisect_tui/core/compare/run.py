@@ -121,7 +121,7 @@ def _one(pair: Pair, golden_samples_axis: bool, opts: CompareOptions, specs: _Sp
         f = pitfalls.batch_order(g, t, tol, k if tol.k else None)
         if f:
             findings.append(f)
-    f = pitfalls.ranking(pair.test.name, metrics, verdict)
+    f = pitfalls.ranking(pair.test.name, metrics, verdict, asked=bool(opts.topk or tol.k))
     if f and not findings:  # after a softmax or batch-order finding, the ranking says nothing new
         findings.append(f)
     reinterpreted = any(c.side == "test" and ("raw" in c.how or "dequantized" in c.how) for c in t_conv)
