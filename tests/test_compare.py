@@ -345,3 +345,40 @@ def test_session_baseline_is_golden_for_ort_fused_outputs(samples, tmp_path, cap
     f.write_bytes(bytes(data))
     code, _, err = run(["compare", sess, tmp_path / "fused"], capsys)
     assert code == 2 and "does not match the SHA-256 in its manifest" in one_line_error(err)
+
+
+def test_ci_snippets_in_the_docs_run_and_upload_what_compare_writes(tmp_path, monkeypatch, capsys):
+    import re
+    import shlex
+
+    import yaml
+
+    text = (REPO / "docs" / "compare.md").read_text()
+    docs = [yaml.safe_load(b) for b in re.findall(r"```yaml\n(.*?)```", text, re.S)]
+    github = next(d for d in docs if "jobs" in d)
+    gitlab = next(d for d in docs if "accuracy" in d)["accuracy"]
+    steps = github["jobs"]["compare"]["steps"]
+    gh_line = next(s["run"] for s in steps if "bisect-tui compare" in s.get("run", ""))
+    upload = next(s for s in steps if s.get("uses", "").startswith("actions/upload-artifact"))
+    assert upload["if"] == "always()" and gitlab["artifacts"]["when"] == "always"
+    gl_line = next(line for line in gitlab["script"] if "bisect-tui compare" in line)
+    assert gl_line == gh_line
+
+    monkeypatch.chdir(tmp_path)
+    rng = np.random.default_rng(7)
+    logits = rng.standard_normal((2, 20)).astype(np.float32)
+    Path("golden").mkdir()
+    Path("dumps").mkdir()
+    np.save("golden/logits.npy", logits)
+    np.save("dumps/output_0.npy", logits.astype(np.float16))
+    Path("names.yaml").write_text("output_0: logits\n")
+    argv = shlex.split(gh_line)
+    assert argv[0] == "bisect-tui"
+    assert main(argv[1:]) == 0
+    for p in gitlab["artifacts"]["paths"]:
+        assert Path(p).exists(), p
+    assert upload["with"]["path"].split() == gitlab["artifacts"]["paths"]
+    assert list(Path("compare_plots").glob("*.png"))
+    np.save("dumps/output_0.npy", (logits + 0.1).astype(np.float16))
+    assert main(argv[1:]) == 1  # a non-zero exit fails the job
+    assert json.loads(Path("compare.json").read_text())["verdict"] == "fail"
