@@ -126,6 +126,35 @@ def test_int8_needs_its_scale(dense, capsys):
     assert t["metrics"]["max_abs"] <= scale / 2 + 1e-7
 
 
+def test_int32_with_scale_and_fp64_golden(dense, capsys):
+    d, golden, _, _ = dense
+    np.save(d / "g64.npy", golden.astype(np.float64))
+    scale = 1e-4
+    np.save(d / "acc.npy", (np.round(golden.astype(np.float64) / scale) + 7).astype(np.int32))
+    code, out, _ = run(["compare", d / "g64.npy", d / "acc.npy", "--scale", f"acc={scale}:7", "--json", d / "r.json"],
+                       capsys)
+    assert code == 0, out
+    (t,) = json.loads((d / "r.json").read_text())["tensors"]
+    assert t["conversions"][0]["how"] == "dequantized: (q - 7) * 0.0001"
+    assert t["metrics"]["max_abs"] <= scale / 2 * (1 + 1e-6)
+    # fp32 test against an fp64 golden: recorded, compared in float64
+    np.save(d / "t32.npy", golden)
+    code, out, _ = run(["compare", d / "g64.npy", d / "t32.npy"], capsys)
+    assert code == 0 and "converted both: golden float64, test float32 -> float64" in out
+
+
+def test_names_cannot_drive_the_terminal(tmp_path, capsys):
+    a = np.ones((2, 3), np.float32)
+    np.savez(tmp_path / "g.npz", **{"x\x1b[2J": a})
+    np.savez(tmp_path / "t.npz", **{"x\x1b[2Jy": a})
+    code, _, err = run(["compare", tmp_path / "g.npz", tmp_path / "t.npz"], capsys)
+    assert code == 2 and "\x1b" not in err and "\\x1b[2J" in err
+    np.savez(tmp_path / "t.npz", **{"x\x1b[2J": a + 1})
+    code, out, _ = run(["compare", tmp_path / "g.npz", tmp_path / "t.npz", "--report", tmp_path / "r.md"], capsys)
+    assert code == 1 and "\x1b" not in out and "[FAIL] x\\x1b[2J vs golden x\\x1b[2J" in out
+    assert "\x1b" not in (tmp_path / "r.md").read_text()
+
+
 def test_softmax_on_one_side_is_detected_and_fixed(tmp_path, capsys):
     logits = np.random.default_rng(1).standard_normal((4, 100)).astype(np.float32) * 3
     np.save(tmp_path / "golden.npy", softmax(logits))

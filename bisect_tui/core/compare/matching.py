@@ -177,7 +177,8 @@ def match(golden: Source, test: Source, rules: tuple[Rule, ...] = (), hints: Hin
     used_rules: set[int] = set()
     pairs: list[Pair] = []
     unmatched: list[Unmatched] = []
-    lone = len(golden.tensors) == 1 and len(test.tensors) == 1 and golden.kind != "session"
+    # two lone .npy files (golden.npy vs trt_output.npy): their stems are not names
+    lone = len(golden.tensors) == 1 and len(test.tensors) == 1 and golden.kind == test.kind == "npy"
 
     for t in test.tensors:
         rule_i, rule, target, how = None, None, None, ""
@@ -195,7 +196,7 @@ def match(golden: Source, test: Source, rules: tuple[Rule, ...] = (), hints: Hin
                 hits = [g for g in golden.tensors if fnmatch.fnmatchcase(g.name, want)]
                 if len(hits) > 1:
                     raise UserError(
-                        f"{rule.origin}: test {term(t.name)!r} -> golden {term(want)!r} matches "
+                        f"{term(rule.origin)}: test {term(t.name)!r} -> golden {term(want)!r} matches "
                         f"{len(hits)} golden tensors ({', '.join(term(h.name) for h in hits[:3])}...); make it specific")
                 if hits:
                     target, how = hits[0], f"{rule.origin} -> {hits[0].name!r}"
