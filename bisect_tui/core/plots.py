@@ -23,10 +23,8 @@ def plot_links(plots: dict[str, str], report_path: Path) -> dict[str, str]:
     return {name: os.path.relpath(Path(path).resolve(), base) for name, path in plots.items()}
 
 
-def write_plots(out_dir: Path, outputs: dict,
-                labels: tuple[str, str] = ("baseline (FP32, unfused)", "fused engine")) -> dict[str, str]:
-    """One PNG per output; returns output name -> file path. `labels` name the
-    reference and the tested side (compare: golden and test)."""
+def write_plots(out_dir: Path, outputs: dict) -> dict[str, str]:
+    """One PNG per output; returns output name -> file path."""
     import io
 
     import matplotlib
@@ -45,16 +43,15 @@ def write_plots(out_dir: Path, outputs: dict,
         edges = ref["edges"]
         centers = [(edges[i] + edges[i + 1]) / 2 for i in range(len(edges) - 1)]
         width = edges[1] - edges[0]
-        a1.bar(centers, ref["counts"], width=width, alpha=0.5, label=labels[0])
-        a1.bar(centers, test["counts"], width=width, alpha=0.5, label=labels[1])
-        a1.set_title(f"{name}: values".replace("$", r"\$"))  # no mathtext from a name
+        a1.bar(centers, ref["counts"], width=width, alpha=0.5, label="baseline (FP32, unfused)")
+        a1.bar(centers, test["counts"], width=width, alpha=0.5, label="fused engine")
+        a1.set_title(f"{name}: values")
         a1.legend(fontsize=7)
         if err.get("counts"):
             e = err["edges"]
             a2.bar([(e[i] + e[i + 1]) / 2 for i in range(len(e) - 1)], err["counts"], width=e[1] - e[0],
                    color="tab:red", alpha=0.7)
-        short = tuple(t.split(" (")[0] for t in labels)
-        a2.set_title(f"log10 |{short[1]} - {short[0]}| ({'PASS' if o['passed'] else 'FAIL'})")
+        a2.set_title(f"log10 |fused - baseline| ({'PASS' if o['passed'] else 'FAIL'})")
         fig.tight_layout()
         buf = io.BytesIO()
         fig.savefig(buf, format="png", dpi=90)

@@ -78,14 +78,17 @@ def _rel(path: Path, base: Path) -> str:
 
 
 def write_plots(r: CompareResult, out_dir: Path) -> dict[int, str]:
-    """PNG per tensor (index into r.tensors -> path)."""
-    from bisect_tui.core.plots import write_plots as draw
+    """PNG per tensor (index into r.tensors -> path), file names made safe and unique."""
+    from bisect_tui.core.compare.plots import draw
 
+    out_dir.mkdir(parents=True, exist_ok=True)
     taken: set[str] = set()
-    keys = [safe_filename(t.pair.test.name, taken) for t in r.tensors]
-    outputs = {k: {"metrics": t.metrics, "passed": t.passed} for k, t in zip(keys, r.tensors)}
-    written = draw(out_dir, outputs, labels=("golden", "test"))
-    return {i: written[k] for i, k in enumerate(keys) if k in written}
+    written: dict[int, str] = {}
+    for i, t in enumerate(r.tensors):
+        path = out_dir / f"{safe_filename(t.pair.test.name, taken)}.png"
+        if draw(t, path):
+            written[i] = str(path)
+    return written
 
 
 def markdown(r: CompareResult, plots: Optional[dict[int, str]] = None, base: Optional[Path] = None) -> str:
