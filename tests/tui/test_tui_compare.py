@@ -52,3 +52,54 @@ async def test_compare_view_shows_tensors_histograms_and_findings(result, size):
             assert "uint16 -> float16" in screen_text(app)
         await pilot.press("q")
     assert app.return_code == 1
+
+
+@pytest.mark.slow
+def test_compare_tui_flag_opens_the_view_in_a_real_terminal(tmp_path):
+    """`bisect-tui compare ... --tui` end to end in a pseudo-terminal: the view draws,
+    q quits, and the process exits with the verdict's code."""
+    import os
+    import select
+    import shutil
+    import struct
+    import sys
+    import time
+
+    pty = pytest.importorskip("pty")
+    import fcntl
+    import termios
+
+    exe = shutil.which("bisect-tui", path=os.path.dirname(sys.executable))
+    assert exe, "bisect-tui is not installed next to this python"
+    g = np.random.default_rng(1).standard_normal((4, 16)).astype(np.float32)
+    np.save(tmp_path / "golden.npy", g)
+    np.save(tmp_path / "test.npy", g[[1, 0, 2, 3]])
+    pid, fd = pty.fork()
+    if pid == 0:  # the child: the real command line
+        os.environ["TERM"] = "xterm-256color"
+        os.execv(exe, [exe, "compare", str(tmp_path / "golden.npy"), str(tmp_path / "test.npy"), "--tui"])
+    fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 80, 0, 0))
+    out, sent, end = b"", False, time.time() + 60
+    while time.time() < end:
+        ready, _, _ = select.select([fd], [], [], 0.2)
+        if ready:
+            try:
+                chunk = os.read(fd, 65536)
+            except OSError:
+                break
+            if not chunk:
+                break
+            out += chunk
+        if not sent and "golden only".encode() in out:
+            time.sleep(0.3)
+            os.write(fd, b"q")
+            sent = True
+    if not sent:  # never drew: do not leave the child behind
+        import signal
+
+        os.kill(pid, signal.SIGKILL)
+    _, status = os.waitpid(pid, 0)
+    os.close(fd)
+    assert sent, out[-2000:]
+    assert os.waitstatus_to_exitcode(status) == 1  # the swapped rows break tolerance
+    assert b"FAIL: 1 of 1 tensor(s) break tolerance (exit 1)" in out
