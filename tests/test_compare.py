@@ -241,6 +241,20 @@ def test_mapping_file_with_globs(tmp_path, capsys, fmt):
     assert "declared bf16" in logits["conversions"][0]["how"] and logits["tolerance"]["name"] == "bf16"
 
 
+def test_mapping_rule_to_a_missing_golden_name(tmp_path, capsys):
+    a = np.ones((2, 3), np.float32)
+    np.savez(tmp_path / "golden.npz", **{"head/logits:0": a})
+    np.savez(tmp_path / "test.npz", out=a)
+    (tmp_path / "m.json").write_text(json.dumps({"out": "head/logit:0", "unused_*": "x"}))
+    code, _, err = run(["compare", tmp_path / "golden.npz", tmp_path / "test.npz", "--map", tmp_path / "m.json"],
+                       capsys)
+    assert code == 2 and "'out -> head/logit:0' (did you mean 'head/logits:0'?)" in one_line_error(err)
+    (tmp_path / "m.json").write_text(json.dumps({"out": "head/logits:0", "unused_*": "x"}))
+    code, out, _ = run(["compare", tmp_path / "golden.npz", tmp_path / "test.npz", "--map", tmp_path / "m.json"],
+                       capsys)
+    assert code == 0 and "note: mapping file rule 'unused_*' matched no test tensor" in out
+
+
 def test_unmatched_names_get_did_you_mean(tmp_path, capsys):
     a = np.ones((2, 3), np.float32)
     np.savez(tmp_path / "golden.npz", logits=a, hidden=a)
@@ -374,6 +388,19 @@ def test_session_baseline_is_golden_for_ort_fused_outputs(samples, tmp_path, cap
     f.write_bytes(bytes(data))
     code, _, err = run(["compare", sess, tmp_path / "fused"], capsys)
     assert code == 2 and "does not match the SHA-256 in its manifest" in one_line_error(err)
+
+    # a manifest that points outside the baseline folder (or through a symlink) is refused
+    mpath = sess / "baseline" / "manifest.json"
+    manifest = json.loads(mpath.read_text())
+    entry = next(e for e in manifest["tensors"] if e["tensor"] == name)
+    (tmp_path / "elsewhere.npy").write_bytes(f.read_bytes())
+    for target in ("../../elsewhere.npy", "link.npy"):
+        if target == "link.npy":
+            (sess / "baseline" / "link.npy").symlink_to(tmp_path / "elsewhere.npy")
+        entry["file"] = target
+        mpath.write_text(json.dumps(manifest))
+        code, _, err = run(["compare", sess, tmp_path / "fused"], capsys)
+        assert code == 2 and "points outside the baseline folder; refused" in one_line_error(err)
 
 
 def test_ci_snippets_in_the_docs_run_and_upload_what_compare_writes(tmp_path, monkeypatch, capsys):
