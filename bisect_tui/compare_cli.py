@@ -107,17 +107,37 @@ def run(args: argparse.Namespace) -> int:
         return int(ExitCode.INTERNAL)
 
 
+def _write(flag: str, path: Path, fn) -> None:
+    """Write an output file; the machine refusing (disk full, permission) is exit 5, not a bug."""
+    from bisect_tui.core.errors import EnvironmentFault, UserError
+    from bisect_tui.core.escape import term
+
+    try:
+        fn()
+    except IsADirectoryError:
+        raise UserError(f"{flag} {term(path)} is a directory; give a file name") from None
+    except (NotADirectoryError, FileExistsError):
+        raise UserError(f"{flag} {term(path)}: a file stands where a folder of that path should be") from None
+    except OSError as exc:
+        raise EnvironmentFault(f"{flag} {term(path)}: cannot write ({term(exc.strerror or exc)})") from None
+
+
 def _run(args: argparse.Namespace) -> int:
     from bisect_tui.core import atomic
     from bisect_tui.core.compare import compare_dumps
     from bisect_tui.core.compare.report import text, verdict_line, write_report
+    from bisect_tui.core.errors import UserError
+    from bisect_tui.core.escape import term
 
     opts = options_from_args(args)
+    for flag, path in (("--json", args.json), ("--report", args.report)):
+        if path is not None and Path(path).is_dir():  # say so before the work, not after
+            raise UserError(f"{flag} {term(path)} is a directory; give a file name")
     result = compare_dumps(args.golden, args.test, opts)
     if args.json:
-        atomic.write_json(args.json, result.to_dict())
+        _write("--json", args.json, lambda: atomic.write_json(args.json, result.to_dict()))
     if args.report:
-        write_report(result, args.report)
+        _write("--report", args.report, lambda: write_report(result, args.report))
     print(verdict_line(result) if args.quiet else text(result))
     if args.tui:
         from bisect_tui.tui.screens.compare import CompareApp

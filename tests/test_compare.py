@@ -4,6 +4,7 @@ mapping files, bad input, and a real session baseline against ORT's fused output
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -89,6 +90,25 @@ def test_fp16_array_judged_by_its_own_preset(dense, capsys):
     assert "golden float32, test float16 -> float64" in out
     code, out, _ = run(["compare", d / "golden.npy", d / "t.npy", "--preset", "fp32"], capsys)
     assert code == 1 and "FAIL" in out and "from --preset fp32" in out
+    # an FP16 engine output the dumper already widened to float32 is still judged as FP16
+    np.save(d / "t.npy", fp16.astype(np.float32))
+    assert run(["compare", d / "golden.npy", d / "t.npy"], capsys)[0] == 1
+    code, out, _ = run(["compare", d / "golden.npy", d / "t.npy", "--test-dtype", "t=fp16"], capsys)
+    assert code == 0 and "tolerance fp16:" in out and "declared fp16, stored as float32" in out
+    # output targets: a directory is bad input, an unwritable folder is the machine's fault (exit 5)
+    code, _, err = run(["compare", d / "golden.npy", d / "t.npy", "--json", d], capsys)
+    assert code == 2 and "is a directory" in one_line_error(err)
+    code, _, err = run(["compare", d / "golden.npy", d / "t.npy", "--json", d / "golden.npy" / "r.json"], capsys)
+    assert code == 2 and "a file stands where a folder" in one_line_error(err)
+    ro = d / "ro"
+    ro.mkdir()
+    ro.chmod(0o500)
+    try:
+        if not os.access(ro, os.W_OK):  # root can write anywhere: nothing to test then
+            code, _, err = run(["compare", d / "golden.npy", d / "t.npy", "--json", ro / "r.json"], capsys)
+            assert code == 5 and "cannot write" in one_line_error(err)
+    finally:
+        ro.chmod(0o700)
 
 
 def test_bf16_raw_uint16_and_ml_dtypes_array(dense, capsys):

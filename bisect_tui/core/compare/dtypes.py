@@ -82,8 +82,9 @@ def to_comparable(arr: np.ndarray, side: str, other: np.ndarray, hint: Optional[
         return arr, [c], "bfloat16"
     if hint in _RAW:
         if dt.kind == "f" and dt.itemsize >= 2:
-            # already converted by the dumper: nothing to reinterpret
-            return arr, conv, f"{dt.name} (declared {hint})"
+            # already converted by the dumper: nothing to reinterpret, but the precision it
+            # was produced in still picks the tolerance
+            return arr, conv, f"{_RAW[hint][1]} (declared {hint}, stored as {dt.name})"
         how = f"raw {8 * _RAW[hint][0]}-bit words read as {_RAW[hint][1]} bits (declared {hint})"
         arr, c = _view_raw(arr, hint, side, how)
         return arr, [c], _RAW[hint][1]
