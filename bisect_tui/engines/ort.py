@@ -46,7 +46,45 @@ from bisect_tui.core.graph import (
     tensor_types,
     toposort,
 )
-from bisect_tui.engines.base import LEVELS, PRECISIONS, EngineConfig, FusedNode
+from bisect_tui.engines.base import (
+    LEVELS,
+    Capabilities,
+    EngineConfig,
+    EngineOption,
+    FusedNode,
+    ReproSpec,
+    did_you_mean,
+)
+
+ORT_PRECISIONS = ("fp32", "fp16")
+# short names a user types for the execution providers ORT builds can carry
+PROVIDER_NAMES = {
+    "cpu": "CPUExecutionProvider",
+    "cuda": "CUDAExecutionProvider",
+    "tensorrt": "TensorrtExecutionProvider",
+    "openvino": "OpenVINOExecutionProvider",
+    "dnnl": "DnnlExecutionProvider",
+}
+
+OPTIONS = (
+    EngineOption("level", "choice", "all", "graph optimization level of the fused engine (default all)",
+                 "--level", "level", choices=LEVELS, label="optimization level"),
+    EngineOption("config", "mapping", (), "session config entry, e.g. optimization.enable_gelu_approximation=1 "
+                 "(checked against the installed ORT)", "--ort-config", "config_entries", metavar="KEY=VALUE",
+                 label="session config"),
+    EngineOption("disable", "list", (), "disable an optimizer by name (checked against the installed ORT)",
+                 "--disable", "disabled_optimizers", metavar="OPTIMIZER", label="disabled optimizers"),
+    EngineOption("provider", "list", (), "execution provider before the CPU fallback: "
+                 + ", ".join(PROVIDER_NAMES) + " (when the installed onnxruntime has it)",
+                 "--ort-provider", "providers", metavar="NAME", label="execution providers"),
+)
+
+CAPABILITIES = Capabilities(
+    marking=True, marking_blocks=True, pass_switches=True, keep_high_precision=True,
+    levels=LEVELS, precisions=ORT_PRECISIONS,
+    observation="the saved optimized graph rerun at ORT_DISABLE_ALL: its surviving tensors marked, "
+                "no fusion undone",
+)
 
 # Words ORT's optimizer names end with. Both the native-library scan and the
 # node-name tag parser use them, so a name is "optimizer-like" in one place only.
@@ -246,6 +284,34 @@ def known_optimizers() -> frozenset[str]:
     return frozenset(
         n for n in found if n and not n.startswith("_") and n not in _NOT_OPTIMIZERS
     )
+
+
+@functools.lru_cache(maxsize=1)
+def known_config_keys() -> frozenset[str]:
+    """Session config keys the INSTALLED onnxruntime knows, read from its binary.
+
+    ORT accepts any key in `add_session_config_entry` and ignores the ones it
+    does not know, so a misspelt key silently gives a PASS. The key literals
+    (`session.*`, `optimization.*`, `mlas.*`, `ep.*`...) sit as C strings in the
+    native library; a key ending in "." is a prefix family (`ep.cuda.`)."""
+    rx = re.compile(rb"(?<=\x00)((?:session|optimization|mlas|ep|kernel|memory|arena)\.[a-z0-9_.]{2,160})(?=\x00)")
+    found: set[str] = set()
+    for path in _native_libraries():
+        try:
+            data = path.read_bytes()
+        except OSError:
+            continue
+        found.update(m.group(1).decode("ascii") for m in rx.finditer(data))
+    return frozenset(found)
+
+
+def unknown_config_keys(keys: Iterable[str]) -> list[str]:
+    """Keys the installed ORT does not know (empty when the scan found nothing: then it cannot tell)."""
+    known = known_config_keys()
+    if not known:
+        return []
+    prefixes = tuple(k for k in known if k.endswith("."))
+    return [k for k in keys if k not in known and not k.startswith(prefixes)]
 
 
 def unknown_optimizers(names: Iterable[str]) -> list[str]:
@@ -573,8 +639,9 @@ def _load(path: Path, load_external: bool = True) -> onnx.ModelProto:
 def _validate(config: EngineConfig) -> None:
     if config.level not in LEVELS:
         raise UserError(f"unknown optimization level {config.level!r}; use one of {', '.join(LEVELS)}")
-    if config.precision not in PRECISIONS:
-        raise UserError(f"unknown precision {config.precision!r}; use one of {', '.join(PRECISIONS)}")
+    if config.precision not in ORT_PRECISIONS:
+        raise UserError(f"precision {config.precision!r} is not one ONNX Runtime CPU runs here; "
+                        f"use one of {', '.join(ORT_PRECISIONS)}")
     import onnxruntime
 
     available = onnxruntime.get_available_providers()
@@ -667,6 +734,17 @@ class OrtBuilt:
             raise _run_error(e) from None
         return dict(zip(self.output_names, values))
 
+    def observe(self, feeds: dict[str, np.ndarray], tensors) -> dict[str, np.ndarray]:
+        if self.optimized_model_path is None:
+            return {}
+        return OrtObserver(self.optimized_model_path).observe(feeds, tensors)
+
+    def fusions_across(self, marks) -> list[FusedNode]:
+        return []  # ORT never fuses across a graph output
+
+    def precision_used(self) -> str:
+        return self.config.precision
+
     def close(self) -> None:
         """Release the session (its memory) and the temp dir if this object owns one."""
         self._session = None
@@ -676,10 +754,119 @@ class OrtBuilt:
             self.optimized_model_path = None
 
 
+class OrtObserver:
+    """The fused program's own tensors, read from ORT's saved optimized graph.
+
+    Reloaded at ORT_DISABLE_ALL that graph reproduces the fused session, and
+    its tensors can be marked without undoing a fusion (they are already
+    fused). One session per tensor group, reused for every sample."""
+
+    def __init__(self, optimized_path: Path):
+        self.model = onnx.load(str(optimized_path))
+        self._group: Optional[tuple[str, ...]] = None
+        self._session = None
+
+    @property
+    def tensors(self) -> list[str]:
+        """Every tensor the fused program computes, in its node order."""
+        return list(dict.fromkeys(o for n in self.model.graph.node for o in n.output if o))
+
+    def observe(self, feeds: dict[str, np.ndarray], tensors) -> dict[str, np.ndarray]:
+        from bisect_tui.core.runner import make_session
+
+        group = tuple(tensors)
+        if group != self._group:
+            self._session = None
+            self._session = make_session(mark_outputs(self.model, list(group), keep_original=False))
+            self._group = group
+        names = [o.name for o in self._session.get_outputs()]
+        try:
+            values = self._session.run(names, feeds)
+        except Exception as exc:
+            msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise UserError(f"ONNX Runtime failed to run the model: {msg[:300]}") from None
+        return {n: v for n, v in zip(names, values) if isinstance(v, np.ndarray)}
+
+    def close(self) -> None:
+        self._session = None
+
+
 class OrtEngine:
     """ONNX Runtime engine (see module docstring for the facts it relies on)."""
 
     name = "ort"
+    label = "ONNX Runtime"
+    library = "onnxruntime"
+    options = OPTIONS
+    capabilities = CAPABILITIES
+
+    def validate(self, config: EngineConfig) -> None:
+        """Every value checked against the installed ORT, which would ignore a
+        misspelt optimizer or config key and silently fall back to CPU for a
+        missing provider."""
+        _validate(config)
+        bad = unknown_optimizers(config.disabled_optimizers)
+        if bad:
+            import onnxruntime
+
+            raise UserError(
+                f"--disable {bad[0]}: the installed engine (ort {onnxruntime.__version__}) does not know this "
+                "optimizer and would silently ignore it" + did_you_mean(bad[0], known_optimizers()))
+        keys = unknown_config_keys(k for k, _ in config.config_entries)
+        if keys:
+            import onnxruntime
+
+            raise UserError(
+                f"--ort-config {keys[0]}: onnxruntime {onnxruntime.__version__} does not know this session "
+                "config key and would silently ignore it" + did_you_mean(keys[0], known_config_keys()))
+
+    @staticmethod
+    def providers_for(names) -> tuple[str, ...]:
+        """`--ort-provider cuda` -> (CUDAExecutionProvider, CPUExecutionProvider): the CPU
+        provider stays last as the fallback for ops the chosen one lacks."""
+        chosen = []
+        for n in names:
+            full = PROVIDER_NAMES.get(str(n).lower(), str(n))
+            if full not in chosen:
+                chosen.append(full)
+        if "CPUExecutionProvider" not in chosen:
+            chosen.append("CPUExecutionProvider")
+        return tuple(chosen)
+
+    @staticmethod
+    def available_providers() -> list[str]:
+        import onnxruntime
+
+        return list(onnxruntime.get_available_providers())
+
+    def describe(self, config: EngineConfig) -> list[tuple[str, str]]:
+        return [
+            ("engine", f"ONNX Runtime, {_LEVEL_NAMES.get(config.level, config.level)}, "
+                       f"{config.precision.upper()}, {', '.join(config.providers)}"),
+            ("session config", ", ".join(f"{k}={v}" for k, v in config.config_entries) or "(none)"),
+            ("disabled optimizers", ", ".join(config.disabled_optimizers) or "(none)"),
+        ] + ([("kept in FP32", ", ".join(config.keep_fp32))] if config.keep_fp32 else [])
+
+    def workaround_text(self, workaround) -> str:
+        kind = workaround.get("kind")
+        if kind == "disable_optimizers":
+            names = ", ".join(repr(n) for n in workaround.get("disabled_optimizers") or [])
+            return f"SessionOptions: InferenceSession(..., disabled_optimizers=[{names}])"
+        if kind == "mark_outputs":
+            return ("add " + ", ".join(workaround.get("marked_tensors") or []) + " as graph outputs "
+                    "(ORT never fuses across a graph output)")
+        if kind == "keep_fp32":
+            return "onnxruntime.transformers.float16.convert_float_to_float16(node_block_list=...)"
+        return "no ONNX Runtime setting was proven to fix it"
+
+    def observer(self, model_path: Path, config: EngineConfig, optimized_path: Optional[str]):
+        """What the fused-graph probe reads (None when no optimized graph was saved)."""
+        if not optimized_path or not Path(optimized_path).exists():
+            return None
+        return OrtObserver(Path(optimized_path))
+
+    def write_repro(self, dest: Path, spec: ReproSpec) -> list[Path]:
+        raise NotImplementedError("the ORT repro is written by core/bisect/bundle.py until it moves here")
 
     def build(
         self,
@@ -918,6 +1105,9 @@ def confirm_optimizer_effect(
 
 __all__ = [
     "OrtBuilt",
+    "OrtObserver",
+    "known_config_keys",
+    "unknown_config_keys",
     "OrtEngine",
     "confirm_optimizer_effect",
     "fused_node_map",
