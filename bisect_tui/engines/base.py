@@ -267,6 +267,17 @@ class BuiltEngine(Protocol):
     def close(self) -> None: ...
 
 
+class Observer(Protocol):
+    """What the fused-graph probe reads after the search: the fused program's
+    own tensors, seen without undoing a fusion."""
+
+    tensors: list[str]  # original tensor names the fused program exposes
+
+    def observe(self, feeds: dict[str, np.ndarray], tensors: Sequence[str]) -> dict[str, np.ndarray]: ...
+
+    def close(self) -> None: ...
+
+
 class Engine(Protocol):
     name: str  # registry key, e.g. "ort"
     label: str  # user words, e.g. "ONNX Runtime"
@@ -289,6 +300,12 @@ class Engine(Protocol):
 
     def describe(self, config: EngineConfig) -> list[tuple[str, str]]:
         """The report's settings lines: (label, value) pairs."""
+        ...
+
+    def observer(self, model_path: Path, config: EngineConfig,
+                 optimized_path: Optional[str]) -> Optional[Observer]:
+        """The probe's view of the unmarked engine `config` (its saved optimized
+        program at `optimized_path` when it has one); None when it cannot observe."""
         ...
 
     def workaround_text(self, workaround: Mapping) -> str:
