@@ -547,6 +547,68 @@ def hann_fp16():
     }
 
 
+# --------------------------------------------------------------------------
+# OpenVINO samples (openvino_cases.json; verified by tests/test_engine_openvino.py)
+# --------------------------------------------------------------------------
+
+OV_NORM = {"channels": 8, "length": 64, "w_std": 0.2}
+
+
+def _ov_norm_head(name: str, seed: int, eps_shape: tuple[int, ...]):
+    """A projection (MatMul+Add, fused to one FullyConnected) feeding an RMS
+    normalization over the last axis with a per-channel eps (ReduceMean ->
+    Add(eps) -> Sqrt -> Div) and a Relu (fused into a snippet)."""
+    c, n = OV_NORM["channels"], OV_NORM["length"]
+    g = Graph(name, seed=seed)
+    x = g.input("x", [2, c, n])
+    h = linear(g, "proj", x, n, n, w_std=OV_NORM["w_std"])
+    sq = g.op("Mul", "norm/square", [h, h])
+    ms = g.op("ReduceMean", "norm/reduce", [sq], axes=[-1], keepdims=1)
+    eps = g.const("norm/eps_value", g.rng.uniform(0.5, 2.0, eps_shape).astype(np.float32))
+    mse = g.op("Add", "norm/add_eps", [ms, eps])
+    rms = g.op("Sqrt", "norm/sqrt", [mse])
+    hn = g.op("Div", "norm/div", [h, rms])
+    y = g.op("Relu", "act", [hn])
+    g.output(y, [2, c, n])
+    return g
+
+
+def ov_rmsnorm():
+    g = _ov_norm_head("ov_rmsnorm", 1111, (OV_NORM["channels"], 1))
+    desc = ("Projection + RMS norm over the last axis with a per-channel eps of shape (C,1). OpenVINO's CPU "
+            "plugin (2026.4, FP32) fuses the Add(eps) and the Sqrt into the ReduceMean as post-ops and applies "
+            "the per-channel eps along the wrong axis (error ~0.4 vs 1e-7 unfused); marking the ReduceMean's "
+            "output blocks the fusion and passes. onnxruntime passes at every level.")
+    return g.model(desc), {
+        "description": desc, "preset": "fp32", "engine": "openvino",
+        "passes_with": {"engine": "ort", **engine("all", "fp32")},
+        "breaks_with": {"engine": "openvino", "precision": "fp32"},
+        "expected_culprits": [["norm/reduce", "norm/add_eps", "norm/sqrt"]],
+        "culprit_op_type": "Reduce",
+        "workaround_marks": ["norm/reduce:0"],
+    }
+
+
+def ov_rmsnorm_ok():
+    g = _ov_norm_head("ov_rmsnorm_ok", 1212, ())
+    desc = ("The same head with a scalar eps: OpenVINO (FP32) fuses the same post-ops correctly and passes. "
+            "With --precision bf16 it fails the FP32 tolerance with every fusion blocked too: precision, "
+            "not a fusion.")
+    return g.model(desc), {
+        "description": desc, "preset": "fp32", "engine": "openvino",
+        "passes_with": {"engine": "openvino", "precision": "fp32"},
+        "breaks_with": {"engine": "openvino", "precision": "bf16"},
+        "expected_culprits": [],
+        "class": "precision",
+    }
+
+
+OPENVINO_BUILDERS = {
+    "ov_rmsnorm.onnx": ov_rmsnorm,
+    "ov_rmsnorm_ok.onnx": ov_rmsnorm_ok,
+}
+
+
 BUILDERS = {
     "transformer_block.onnx": transformer_block,
     "cnn.onnx": cnn,
@@ -591,9 +653,14 @@ def _write_if_changed(path: Path, data: bytes) -> bool:
 
 
 def build(out: Path, verbose: bool = True) -> list[dict]:
-    out = Path(out)
+    cases = _build(Path(out), BUILDERS, "cases.json", "onnxruntime 1.32.0 (CPUExecutionProvider)", verbose)
+    _build(Path(out), OPENVINO_BUILDERS, "openvino_cases.json", "openvino 2026.4.1 (CPU)", verbose)
+    return cases
+
+
+def _build(out: Path, builders: dict, index: str, verified_with: str, verbose: bool) -> list[dict]:
     cases = []
-    for fname, fn in BUILDERS.items():
+    for fname, fn in builders.items():
         model, case = fn()
         data = model.SerializeToString()
         assert len(data) < 2 * 1024 * 1024, f"{fname} is {len(data)} bytes"
@@ -613,16 +680,16 @@ def build(out: Path, verbose: bool = True) -> list[dict]:
         "format": 1,
         "opset": OPSET,
         "ir_version": IR_VERSION,
-        "verified_with": "onnxruntime 1.32.0 (CPUExecutionProvider)",
+        "verified_with": verified_with,
         "inputs": ("for each graph input: (np.random.default_rng(0).standard_normal(shape) * input_scale)"
                    ".astype(np.float32)"),
         "baseline": engine("disable", "fp32"),
         "tolerances": TOLERANCES,
         "cases": cases,
     }
-    changed = _write_if_changed(out / "cases.json", (json.dumps(doc, indent=2) + "\n").encode())
+    changed = _write_if_changed(out / index, (json.dumps(doc, indent=2) + "\n").encode())
     if verbose:
-        print(f"{'wrote' if changed else 'unchanged'} {out / 'cases.json'}")
+        print(f"{'wrote' if changed else 'unchanged'} {out / index}")
     return cases
 
 

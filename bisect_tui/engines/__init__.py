@@ -16,7 +16,7 @@ from bisect_tui.engines.base import (
     ReproSpec,
     Switch,
 )
-from bisect_tui.engines.registry import engine_class, engine_names, get_engine
+from bisect_tui.engines.registry import declaration, engine_names, get_engine
 
 __all__ = ["BuiltEngine", "Capabilities", "Engine", "EngineBuildError", "EngineConfig", "EngineOption",
-           "EngineRunError", "FusedNode", "ReproSpec", "Switch", "engine_class", "engine_names", "get_engine"]
+           "EngineRunError", "FusedNode", "ReproSpec", "Switch", "declaration", "engine_names", "get_engine"]

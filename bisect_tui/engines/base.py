@@ -29,9 +29,10 @@ import hashlib
 import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Collection, Mapping, Optional, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Collection, Mapping, Optional, Protocol, Sequence
 
-import numpy as np
+if TYPE_CHECKING:  # numpy only in annotations: the declarations stay cheap to import
+    import numpy as np
 
 # the engine errors live with the exit codes; re-exported so engines import one module
 from bisect_tui.core.errors import EngineBuildError, EngineRunError  # noqa: F401

@@ -1,15 +1,19 @@
 """Which engines exist: one line each. A new engine is one new module (or
-package) plus a line here; nothing in core/ or the CLI names engines."""
+package) plus a line here; nothing in core/ or the CLI names engines.
+
+An engine module declares `LABEL`, `OPTIONS` and `CAPABILITIES` without
+importing its library (so `--help` and the settings form stay fast) and
+`load()` returns the engine object."""
 
 from __future__ import annotations
 
 import importlib
-from typing import Iterator
+from types import ModuleType
 
-# registry key -> "module:Class"; the module must import its engine library lazily
+# registry key -> module
 ENGINES: dict[str, str] = {
-    "ort": "bisect_tui.engines.ort:OrtEngine",
-    "openvino": "bisect_tui.engines.openvino:OpenVinoEngine",
+    "ort": "bisect_tui.engines.ort",
+    "openvino": "bisect_tui.engines.openvino",
 }
 ALIASES: dict[str, str] = {"onnxruntime": "ort", "ov": "openvino"}
 
@@ -18,8 +22,8 @@ def canonical(name: str) -> str:
     return ALIASES.get(name, name)
 
 
-def engine_class(name: str):
-    """The engine class (its declarations: options, capabilities), imported lazily."""
+def declaration(name: str) -> ModuleType:
+    """The engine's module: `LABEL`, `OPTIONS`, `CAPABILITIES`, `load()`; cheap to import."""
     from bisect_tui.core.errors import UserError
 
     key = canonical(name)
@@ -29,13 +33,12 @@ def engine_class(name: str):
 
         raise UserError(f"unknown engine {name!r}; available: {', '.join(ENGINES)}"
                         + did_you_mean(name, list(ENGINES) + list(ALIASES)))
-    module, cls = target.split(":")
-    return getattr(importlib.import_module(module), cls)
+    return importlib.import_module(target)
 
 
 def get_engine(name: str):
-    return engine_class(name)()
+    return declaration(name).load()
 
 
-def engine_names() -> Iterator[str]:
-    return iter(ENGINES)
+def engine_names() -> list[str]:
+    return list(ENGINES)

@@ -48,43 +48,13 @@ from bisect_tui.core.graph import (
 )
 from bisect_tui.engines.base import (
     LEVELS,
-    Capabilities,
     EngineConfig,
-    EngineOption,
     FusedNode,
     ReproSpec,
     did_you_mean,
 )
 
-ORT_PRECISIONS = ("fp32", "fp16")
-# short names a user types for the execution providers ORT builds can carry
-PROVIDER_NAMES = {
-    "cpu": "CPUExecutionProvider",
-    "cuda": "CUDAExecutionProvider",
-    "tensorrt": "TensorrtExecutionProvider",
-    "openvino": "OpenVINOExecutionProvider",
-    "dnnl": "DnnlExecutionProvider",
-}
-
-OPTIONS = (
-    EngineOption("level", "choice", "all", "graph optimization level of the fused engine (default all)",
-                 "--level", "level", choices=LEVELS, label="optimization level"),
-    EngineOption("config", "mapping", (), "session config entry, e.g. optimization.enable_gelu_approximation=1 "
-                 "(checked against the installed ORT)", "--ort-config", "config_entries", metavar="KEY=VALUE",
-                 label="session config"),
-    EngineOption("disable", "list", (), "disable an optimizer by name (checked against the installed ORT)",
-                 "--disable", "disabled_optimizers", metavar="OPTIMIZER", label="disabled optimizers"),
-    EngineOption("provider", "list", (), "execution provider before the CPU fallback: "
-                 + ", ".join(PROVIDER_NAMES) + " (when the installed onnxruntime has it)",
-                 "--ort-provider", "providers", metavar="NAME", label="execution providers"),
-)
-
-CAPABILITIES = Capabilities(
-    marking=True, marking_blocks=True, pass_switches=True, keep_high_precision=True,
-    levels=LEVELS, precisions=ORT_PRECISIONS,
-    observation="the saved optimized graph rerun at ORT_DISABLE_ALL: its surviving tensors marked, "
-                "no fusion undone",
-)
+from bisect_tui.engines.ort import CAPABILITIES, OPTIONS, ORT_PRECISIONS, PROVIDER_NAMES  # noqa: E402
 
 # Words ORT's optimizer names end with. Both the native-library scan and the
 # node-name tag parser use them, so a name is "optimizer-like" in one place only.
@@ -149,8 +119,14 @@ _LEVEL_NAMES = {
     "all": "ORT_ENABLE_ALL",
 }
 
-# A protobuf message cannot be serialized above 2 GiB; stay well below it.
-_EXTERNAL_DATA_THRESHOLD = 1_800_000_000
+
+
+def _threshold() -> int:
+    """Model size above which weights go to an external file; read from the
+    package (`bisect_tui.engines.ort._EXTERNAL_DATA_THRESHOLD`) so a test can lower it."""
+    import bisect_tui.engines.ort as pkg
+
+    return pkg._EXTERNAL_DATA_THRESHOLD
 
 
 # --------------------------------------------------------------------------- names
@@ -585,7 +561,7 @@ def _save_model(model: onnx.ModelProto, path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")
     try:
-        if _model_size_estimate(model) > _EXTERNAL_DATA_THRESHOLD:
+        if _model_size_estimate(model) > _threshold():
             onnx.save_model(
                 model,
                 str(tmp),
@@ -929,7 +905,7 @@ class OrtEngine:
         if markable and model is not None:
             # fp16: types come from the converted model, so marked tensors are fp16
             model = mark_outputs(model, markable, tensor_types(model))
-            if _model_size_estimate(model) > _EXTERNAL_DATA_THRESHOLD:
+            if _model_size_estimate(model) > _threshold():
                 build_path = workdir / f"build_{key}.onnx"
                 _save_model(model, build_path)
                 model_arg = str(build_path)
