@@ -279,6 +279,7 @@ class Triage:
                 self.progress(Progress("fused", f"running sample {k + 1}/{self.inputs.samples}", k, self.inputs.samples))
                 per_sample.append(built.run(self.inputs.feeds(k)))
             fused_nodes = [n.to_dict() for n in built.fused_nodes]
+            precision_used = self._precision_used(built, config)
             atomic.write_json(workdir / "fused_nodes.json", fused_nodes)
             optimized = str(built.optimized_model_path) if built.optimized_model_path else None
         except EngineBuildError as exc:
@@ -314,6 +315,7 @@ class Triage:
             "checked_at": now_iso(),
             "engine": self.opts.engine,
             "sensitivity": sensitivity,
+            **({"precision_used": precision_used} if precision_used else {}),
             "config": config.to_dict(),
             "passed": passed,
             "outputs": outputs,
@@ -330,6 +332,15 @@ class Triage:
         self.fused = result
         self.session.mark_step("fused", "passed" if passed else "failed")
         return result
+
+    def _precision_used(self, built, config: EngineConfig) -> Optional[dict]:
+        """What the compiled engine really runs, read back from it, and what it
+        would pick on its own; None when both are simply what was asked."""
+        used = built.precision_used() if hasattr(built, "precision_used") else config.precision
+        default = getattr(self.engine, "default_precision", lambda: None)()
+        if used == config.precision and default in (None, config.precision):
+            return None
+        return {"asked": config.precision, "used": used, "engine_default": default}
 
     def _fused_failed(self, key: str, config: EngineConfig, exc, t0: float) -> dict:
         """check.json for an engine that failed to build or run (kind and the
@@ -405,6 +416,7 @@ class Triage:
             "shared_tensors": self.fused.get("shared_tensors") if self.fused else None,
             "sensitivity": self.fused.get("sensitivity") if self.fused else None,
             "engine_error": self.fused.get("error") if self.fused else None,
+            **({"precision_used": self.fused["precision_used"]} if (self.fused or {}).get("precision_used") else {}),
             "versions": {**versions(), **get_engine(self.opts.engine).versions()},
         }
         return out

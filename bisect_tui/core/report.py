@@ -129,6 +129,8 @@ def check_text(s: dict) -> str:
             + f"; {len(s['fused_nodes'])} fused node(s)"
         )
         lines.append(f"tolerance: {tolerance_text(s['tolerance'])}")
+        if precision_used_line(s):
+            lines.append(precision_used_line(s))
         err = s.get("engine_error")
         if err:
             what = "failed to build" if err["kind"] == "build_error" else "failed while running"
@@ -257,7 +259,7 @@ def culprit_lines(c: dict, i: int) -> list[str]:
         + (" (an interaction: these fusions fail only together)" if c["interaction"] else "")
         + (f" [{c['kind']}]" if c.get("kind") in ("build_error", "run_error") else ""),
         f"  replaces original nodes: {term(', '.join(c['original_nodes']))}",
-        f"  made by optimizer(s): {', '.join(c['optimizers']) or 'unknown'}"
+        f"  made by optimizer(s): {', '.join(c['optimizers']) or _no_pass_text(c) or 'unknown'}"
         + (" (confirmed: disabling removes the fused node)" if c["attribution"]["confirmed"] else "")
         + (f"; found by {c['attribution']['how']}" if (c["attribution"].get("group_test") or {}).get("found") else ""),
     ]
@@ -356,9 +358,35 @@ def evidence_lines(ev) -> list[str]:
     return lines
 
 
+def _no_pass_text(c: dict) -> str:
+    """The attribution's own words when the engine has no pass switches."""
+    how = (c.get("attribution") or {}).get("how") or ""
+    return how if how.startswith("not attributed to a pass") else ""
+
+
+def precision_used_line(s: dict) -> str:
+    """The precision the compiled engine really ran (engines choose their own: OpenVINO picks bf16 by
+    default on a CPU with AVX-512 BF16); empty when it is what was asked and the engine's default agrees."""
+    pu = s.get("precision_used") or {}
+    if not pu or (pu.get("used") == pu.get("asked") and pu.get("engine_default") in (None, pu.get("asked"))):
+        return ""
+    line = f"precision: asked {pu.get('asked')}, the compiled engine runs {pu.get('used')}"
+    if pu.get("used") != pu.get("asked"):
+        line += " (NOT what was asked: the comparison is of another precision)"
+    if pu.get("engine_default") and pu["engine_default"] != pu.get("asked"):
+        line += (f"; without an explicit precision this engine would run {pu['engine_default']} here, "
+                 "so a plain run of it is not the precision you may think")
+    return line
+
+
 def precision_lines(p) -> list[str]:
     if not p:
         return []
+    if p.get("kind") == "precision_setting":
+        verdict = "passes" if p.get("passed") else "still fails"
+        return [f"precision setting: the full engine rebuilt in {p['precision'].upper()} {verdict} "
+                f"(x{fmt(p.get('ratio'))} of tolerance)" + (f"; setting: {term(p['setting'])}" if p.get("setting") else ""),
+                "  (this engine cannot keep single nodes in high precision, so no keep-set is searched)"]
     if not p.get("passed"):
         return [f"keep-set: none found in {p['builds']} builds ({p.get('explanation', 'see steps')})"]
     m = p["metrics"]
@@ -408,7 +436,8 @@ def bisect_markdown(s: dict) -> str:
         parts += ["### Where the error starts", "```", *evidence_lines(b["evidence"]), "```", ""]
     p = b.get("precision")
     if p:
-        parts += ["### Keep-set: nodes to keep in FP32", "```", *precision_lines(p), "```", ""]
+        title = "Precision setting" if p.get("kind") == "precision_setting" else "Keep-set: nodes to keep in FP32"
+        parts += [f"### {title}", "```", *precision_lines(p), "```", ""]
         if p.get("seeds"):
             parts += [_md_table(["seed", "why"], [[md_code(r["node"]), md(r["why"])] for r in p["seeds"]]), ""]
     parts += ["### Steps", _md_table(

@@ -142,6 +142,9 @@ class EngineConfig:
     def with_keep_fp32(self, names: Collection[str]) -> "EngineConfig":
         return dataclasses.replace(self, keep_fp32=tuple(sorted(set(names))))
 
+    def with_precision(self, precision: str) -> "EngineConfig":
+        return dataclasses.replace(self, precision=precision, keep_fp32=())
+
     def with_options(self, **values: str) -> "EngineConfig":
         merged = {**dict(self.options), **{k: str(v) for k, v in values.items()}}
         return dataclasses.replace(self, options=tuple(sorted(merged.items())))

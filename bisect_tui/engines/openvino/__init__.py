@@ -11,7 +11,7 @@ _HINTS = {"fp32": "f32", "bf16": "bf16", "fp16": "f16"}
 LABEL = "OpenVINO"
 
 OPTIONS = (
-    EngineOption("device", "text", "CPU", "OpenVINO device (default CPU)", "--ov-device", "options.device",
+    EngineOption("device", "text", "CPU", "OpenVINO device", "--ov-device", "options.device",
                  label="device"),
     EngineOption("config", "mapping", (), "compile property KEY=VALUE, e.g. NUM_STREAMS=1 (checked against "
                  "the device's supported properties)", "--ov-config", "config_entries", metavar="KEY=VALUE",

@@ -357,6 +357,13 @@ class OpenVinoEngine:
                 raise UserError(f"--ov-config {key}: OpenVINO's {device} plugin does not accept this property"
                                 + did_you_mean(key, writable))
 
+    def default_precision(self, device: str = "CPU") -> Optional[str]:
+        """The precision the plugin picks when none is asked (bf16 on CPUs with AVX-512 BF16)."""
+        try:
+            return precision_name(_core().get_property(device, "INFERENCE_PRECISION_HINT"))
+        except Exception:
+            return None
+
     def properties(self, config: EngineConfig) -> dict[str, str]:
         return {"INFERENCE_PRECISION_HINT": _HINTS[config.precision],
                 **{k: v for k, v in config.config_entries}}

@@ -826,14 +826,14 @@ class OrtEngine:
     def workaround_text(self, workaround) -> str:
         kind = workaround.get("kind")
         if kind == "disable_optimizers":
-            names = ", ".join(repr(n) for n in workaround.get("disabled_optimizers") or [])
-            return f"SessionOptions: InferenceSession(..., disabled_optimizers=[{names}])"
+            return ("SessionOptions: InferenceSession(..., disabled_optimizers=[%s])"
+                    % ", ".join(repr(n) for n in workaround.get("disabled_optimizers") or []))
         if kind == "mark_outputs":
-            return ("add " + ", ".join(workaround.get("marked_tensors") or []) + " as graph outputs "
-                    "(ORT never fuses across a graph output)")
+            return ("add these tensors to the model's outputs to block the fusion: "
+                    + ", ".join(workaround.get("marked_tensors") or []))
         if kind == "keep_fp32":
             return "onnxruntime.transformers.float16.convert_float_to_float16(node_block_list=...)"
-        return "no ONNX Runtime setting was proven to fix it"
+        return "no optimizer switch or marking restored tolerance; see the steps"
 
     def observer(self, model_path: Path, config: EngineConfig, optimized_path: Optional[str]):
         """What the fused-graph probe reads (None when no optimized graph was saved)."""
