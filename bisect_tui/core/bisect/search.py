@@ -399,11 +399,19 @@ class Bisector:
             units, optimized = [], None
         result["units"] = [u.to_dict() for u in units]
         result["optimized_model"] = optimized
-        if not blocked.passed and blocked.unblocked and units:
+        if not blocked.passed and blocked.unblocked and units and self.config.precision != "fp32":
+            # reduced precision: when the same engine in FP32 passes, the error is the precision's,
+            # whatever fusions survived the marking
+            fp32 = self.evaluate("full engine in FP32", None, self.config.with_precision("fp32"))
+            result["fp32_engine"] = fp32.to_dict()
+            blocked_unblocked = None if fp32.passed else blocked.unblocked
+        else:
+            blocked_unblocked = blocked.unblocked
+        if not blocked.passed and blocked_unblocked and units:
             # marking is not this engine's switch for these fusions: judge each
             # region alone, through the engine, on the baseline's own tensors
             return self._finish(self._isolated_verdict(result, units, self.config.with_level(level),
-                                                       blocked.unblocked), t0)
+                                                       blocked_unblocked), t0)
         if not blocked.passed:
             result.update(
                 verdict="not_fusion", culprits=[],

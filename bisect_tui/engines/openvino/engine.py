@@ -116,36 +116,78 @@ def runtime_layers(compiled) -> list[dict]:
 def fused_node_map(original, layers: list[dict], allow_shared: bool = False) -> list[FusedNode]:
     """Map each runtime layer to the original ONNX nodes it computes.
 
-    First by `originalLayersNames` (a node name, or a graph-output tensor name
-    standing for its producer), then by topology for nodes the list misses:
-    walking the original graph backwards, a node none of the lists names and
-    whose every consumer belongs to one layer is part of that layer (a
-    normalization collapsed into one MVN names a single node). Nodes whose
-    inputs are all constants were folded away and belong to no layer. With
-    `allow_shared` a node may belong to several layers (a marked build can
-    compute a node twice: once for the extra output, once inside a fusion)."""
+    Three sources, because `originalLayersNames` alone is incomplete:
+
+    1. the names list (a node name, or a graph-output tensor name standing for
+       its producer);
+    2. tensors and topology: a layer computes everything between the tensors
+       its producer layers hand it and the outputs of its named nodes, so the
+       original graph is walked back from those outputs to that boundary (a
+       normalization collapsed into one MVN names only its last node, but
+       takes the normalization's input);
+    3. for nodes still unowned, walking the original graph backwards: a node
+       whose every consumer belongs to one layer is part of that layer.
+
+    Nodes computed from constants only were folded at load and belong to no
+    layer. With `allow_shared` a node may belong to several layers (a marked
+    build can compute a node twice: once for the extra output, once inside a
+    fusion), which is what `fusions_across` needs."""
     from bisect_tui.core.graph import GraphIndex
 
     idx = GraphIndex.build(original)
     by_name = idx.by_name
+    constant = _folded_nodes(idx)
+    graph_ins = set(idx.graph_inputs)
+    graph_outs = set(idx.graph_outputs)
     owner: dict[str, int] = {}
     covered: list[list[str]] = []
     kept: list[dict] = []
+    hands: dict[str, list[str]] = {}  # layer name -> original tensors it hands on
     for layer in layers:
-        if layer["type"] in _PLUMBING:
+        fed: list[str] = []
+        for src in layer["inputs"]:
+            for t in hands.get(src, []):
+                if t not in fed:
+                    fed.append(t)
+        if layer["type"] in ("Input", "Parameter"):
+            hands[layer["name"]] = [t for t in [layer["name"], *layer["original"]] if t in graph_ins][:1]
             continue
-        nodes: list[str] = []
+        if layer["type"] in _PLUMBING:
+            hands[layer["name"]] = fed  # a reorder hands on what it was given
+            continue
+        named: list[str] = []
         for nm in layer["original"]:
             node = nm if nm in by_name else idx.producer.get(nm)
-            if node and node not in nodes and (allow_shared or node not in owner):
-                nodes.append(node)
+            if node and node not in named and node not in constant:
+                named.append(node)
+        if not named:
+            hands[layer["name"]] = fed
+            continue
+        stop = set(fed) | idx.initializers | graph_ins
+        nodes = list(named)
+        todo = [t for n in named for t in by_name[n].input if t]
+        while todo:
+            t = todo.pop()
+            if t in stop:
+                continue
+            stop.add(t)
+            prod = idx.producer.get(t)
+            if prod is None or prod in nodes or prod in constant:
+                continue
+            if not allow_shared and prod in owner:
+                continue
+            nodes.append(prod)
+            todo.extend(i for i in by_name[prod].input if i)
+        if not allow_shared:
+            nodes = [n for n in nodes if n not in owner]
         k = len(kept)
         kept.append(layer)
         covered.append(nodes)
         for n in nodes:
             owner.setdefault(n, k)
-    constant = _folded_nodes(idx)
-    graph_outs = set(idx.graph_outputs)
+        inside = set(nodes)
+        hands[layer["name"]] = [t for n in nodes for t in by_name[n].output if t and (
+            t in graph_outs or any(c not in inside for c in idx.consumers.get(t, [])))]
     for node in reversed(idx.nodes):
         name = node.name
         if name in owner or name in constant:
