@@ -13,7 +13,7 @@ from typing import Any, Sequence
 
 from bisect_tui.core.errors import UserError
 from bisect_tui.engines.base import PRECISIONS, EngineConfig, EngineOption
-from bisect_tui.engines.registry import ALIASES, canonical, declaration, engine_names
+from bisect_tui.engines.registry import canonical, declaration, engine_names
 
 
 def _dest(opt: EngineOption) -> str:
@@ -28,7 +28,7 @@ def all_options() -> list[tuple[str, EngineOption]]:
 def add_engine_flags(group: argparse._ArgumentGroup) -> None:
     names = engine_names()
     labels = ", ".join(f"{n} = {declaration(n).LABEL}" for n in names)
-    group.add_argument("--engine", default="ort", choices=names + list(ALIASES), metavar="ENGINE",
+    group.add_argument("--engine", default="ort", metavar="ENGINE",
                        help=f"fused engine: {labels} (default ort)")
     group.add_argument("--precision", default="fp32", choices=list(PRECISIONS),
                        help="engine precision (default fp32; each engine says which it runs)")
@@ -78,8 +78,8 @@ def config_from_args(args: argparse.Namespace) -> tuple[str, EngineConfig]:
     own = {o.flag for o in decl.OPTIONS}
     for other, opt in all_options():
         if opt.flag not in own and _given(opt, getattr(args, _dest(opt), None)):
-            raise UserError(f"{opt.flag} is a {declaration(other).LABEL} option; this run uses "
-                            f"--engine {engine} ({decl.LABEL})")
+            raise UserError(f"{opt.flag} is an option of {declaration(other).LABEL} (--engine {other}); "
+                            f"this run uses --engine {engine} ({decl.LABEL}), which would ignore it")
     fields: dict[str, Any] = {"precision": args.precision,
                               "keep_fp32": tuple(sorted(set(getattr(args, "keep_fp32", []) or [])))}
     options: dict[str, str] = {}

@@ -121,34 +121,59 @@ if __name__ == "__main__":
 '''
 
 
+def write_ort_repro(dest: Path, spec) -> list[Path]:
+    """ONNX Runtime's repro.py for one isolated culprit (the engine's `write_repro`)."""
+    extra = spec.extra
+    title = (f"{extra.get('op_type')} fused by {', '.join(extra.get('optimizers') or []) or 'ONNX Runtime'} "
+             f"breaks tolerance ({extra.get('fused_node')})")
+    config = spec.config
+    repro = REPRO_TEMPLATE.format(
+        title=title, version=extra.get("version", ""), nodes=", ".join(extra.get("original_nodes") or []),
+        config=json.dumps({
+            "level": config["level"], "precision": config["precision"],
+            "config_entries": config.get("config_entries") or {},
+            "disabled_optimizers": list(config.get("disabled_optimizers") or []),
+        }, indent=4),
+        tolerance=json.dumps(spec.tolerance, indent=4).replace("null", "None"),
+    )
+    atomic.write_text(Path(dest) / "repro.py", repro)
+    return [Path(dest) / "repro.py"]
+
+
 def write_bundle(dest: Path, culprits: list[dict], config: dict, tolerance: dict, report_md: str,
-                 version: str) -> Path:
-    """Zip each isolated culprit (see isolate.py for the files) with its repro.py:
-    the first in `repro/`, further ones in `repro_2/`, `repro_3/`..."""
+                 version: str, engine=None, workaround: dict | None = None) -> Path:
+    """Zip each isolated culprit (see isolate.py for the files) with the
+    engine's repro script: the first in `repro/`, further ones in `repro_2/`..."""
+    import tempfile
+
+    from bisect_tui.engines.base import ReproSpec
+
     buf = io.BytesIO()
     tol = {k: v for k, v in tolerance.items() if k in
            ("atol", "rtol", "max_abs", "mean_abs", "min_cosine", "max_fail_share")}
-    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as z:
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as z, \
+            tempfile.TemporaryDirectory(prefix="bisect_tui_repro_") as tmp:
         for i, culprit in enumerate(culprits, 1):
             folder = "repro" if i == 1 else f"repro_{i}"
             iso = culprit["isolated"]
             sub_dir = Path(iso["subgraph"]).parent
-            title = (f"{culprit['op_type']} fused by {', '.join(culprit['optimizers']) or 'ONNX Runtime'} "
-                     f"breaks tolerance ({culprit['fused_node']})")
-            repro = REPRO_TEMPLATE.format(
-                title=title, version=version, nodes=", ".join(culprit["original_nodes"]),
-                config=json.dumps({
-                    "level": config["level"], "precision": config["precision"],
-                    "config_entries": config.get("config_entries") or {},
-                    "disabled_optimizers": list(config.get("disabled_optimizers") or []),
-                }, indent=4),
-                tolerance=json.dumps(tol, indent=4).replace("null", "None"),
+            spec = ReproSpec(
+                model_file="subgraph.onnx", inputs_file="inputs.npz", config=config,
+                outputs=list(iso.get("subgraph_outputs") or []), tolerance=tol,
+                reference={"file": "expected.npz", "name": "unfused FP32 (ORT_DISABLE_ALL)"},
+                workaround=workaround,
+                extra={"version": version, "op_type": culprit["op_type"], "fused_node": culprit["fused_node"],
+                       "optimizers": culprit["optimizers"], "original_nodes": culprit["original_nodes"]},
             )
+            out = Path(tmp) / folder
+            out.mkdir()
+            written = (engine.write_repro(out, spec) if engine is not None else write_ort_repro(out, spec))
             for name in ("subgraph.onnx", "inputs.npz", "expected.npz", "truth_float64.npz"):
                 p = sub_dir / name
                 if p.exists():
                     z.write(p, f"{folder}/{name}")
-            z.writestr(f"{folder}/repro.py", repro)
+            for p in written:
+                z.write(p, f"{folder}/{p.name}")
         z.writestr("REPORT.md", report_md)
     atomic.write_bytes(Path(dest), buf.getvalue())
     return Path(dest)

@@ -34,8 +34,10 @@ def export_session(triage, summary: dict, result, plots: dict | None = None) -> 
     if result and (result.get("culprits") or (result.get("precision") or {}).get("passed")):
         isolated = [c for c in result.get("culprits", []) if (c.get("isolated") or {}).get("subgraph")]
         paths["bundle.zip"] = str(write_bundle(session.path("bundle.zip"), isolated, summary["config"],
-                                               triage.opts.tolerance.default.to_dict(), md, __version__))
-        if (result.get("precision") or {}).get("passed") or result.get("engine_error"):
+                                               triage.opts.tolerance.default.to_dict(), md, __version__,
+                                               triage.engine, result.get("workaround")))
+        keepset = (result.get("precision") or {}).get("kind") != "precision_setting"
+        if keepset and ((result.get("precision") or {}).get("passed") or result.get("engine_error")):
             from bisect_tui.core.bisect.keepset_bundle import add_keepset_repro
 
             add_keepset_repro(Path(paths["bundle.zip"]), triage, result, __version__)

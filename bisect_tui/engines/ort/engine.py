@@ -842,7 +842,9 @@ class OrtEngine:
         return OrtObserver(Path(optimized_path))
 
     def write_repro(self, dest: Path, spec: ReproSpec) -> list[Path]:
-        raise NotImplementedError("the ORT repro is written by core/bisect/bundle.py until it moves here")
+        from bisect_tui.core.bisect.bundle import write_ort_repro
+
+        return write_ort_repro(dest, spec)
 
     def build(
         self,
