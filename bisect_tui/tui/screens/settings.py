@@ -22,7 +22,8 @@ from textual.widgets import Button, Input, Label, Select, Static
 from bisect_tui.core.errors import UserError
 from bisect_tui.core.pipeline import TriageOptions
 from bisect_tui.core.tolerance import PRESETS, ToleranceSpec, parse_tolerance
-from bisect_tui.engines.base import LEVELS, PRECISIONS, EngineConfig
+from bisect_tui.engines.base import LEVELS, EngineConfig
+from bisect_tui.engines.registry import declaration
 
 
 def parse_entries(text: str) -> tuple[tuple[str, str], ...]:
@@ -105,7 +106,8 @@ class SettingsScreen(ModalScreen[Optional[TriageOptions]]):
                              id="level", compact=True)
             with Horizontal(classes="row"):
                 yield Label("precision")
-                yield Select([(p, p) for p in PRECISIONS], value=c.precision, allow_blank=False,
+                yield Select([(p, p) for p in declaration(self.options.engine).CAPABILITIES.precisions],
+                             value=c.precision, allow_blank=False,
                              id="precision", compact=True)
             with Horizontal(classes="row"):
                 yield Label("config entries")
