@@ -15,7 +15,7 @@ from typing import Any, Optional
 
 import numpy as np
 
-from bisect_tui.core import atomic
+from bisect_tui.core import atomic, safepath
 from bisect_tui.core.baseline import (
     BaselineResult,
     run_baseline,
@@ -168,6 +168,7 @@ class Triage:
         # Validate everything before the first write, so bad input never touches
         # an existing session.
         session.init(info.path, info.sha256, self.opts.input_options())
+        safepath.use_session_temp(session.root)  # ORT's and our temp files stay in the session
         session.update_meta(options={**self.opts.to_dict(), "session_dir": str(session.root)})
         if not session.model_path.exists():
             save_prepared(info, session.model_path)
@@ -208,7 +209,7 @@ class Triage:
         self.baseline = res
         self.session.mark_step(
             "baseline", "passed", tensors=len(res.manifest["tensors"]), reused=res.reused,
-            bytes=res.manifest["bytes"],
+            bytes=res.manifest["bytes"], recomputed=len(res.recomputed),
         )
         return res
 
@@ -359,6 +360,7 @@ class Triage:
             "baseline": {"tensors": len(self.baseline.manifest["tensors"]),
                          "bytes": self.baseline.manifest["bytes"],
                          "reused": self.baseline.reused,
+                         "recomputed": list(self.baseline.recomputed),
                          "groups": self.baseline.manifest["options"]["groups"],
                          "dir": str(self.session.baseline_dir)},
             "determinism": self.determinism,

@@ -111,7 +111,9 @@ def check_text(s: dict) -> str:
         f"model: {s['model']['path']} ({s['model']['nodes']} nodes, sha256 {s['model']['sha256'][:12]})",
         f"session: {s['session']}",
         f"baseline: {s['baseline']['tensors']} tensors, {_mb(s['baseline']['bytes'])}"
-        + (" (reused)" if s["baseline"]["reused"] else f" in {s['baseline']['groups']} group(s)"),
+        + (" (reused)" if s["baseline"]["reused"] else f" in {s['baseline']['groups']} group(s)")
+        + (f"; {len(s['baseline']['recomputed'])} saved tensor file(s) failed their digest check and were "
+           "recomputed" if s["baseline"].get("recomputed") else ""),
         determinism_line(s["determinism"]),
         *range_lines(s["range_check"]),
     ]
