@@ -103,7 +103,7 @@ class _NpySink:
         self._open: dict[str, list] = {}
 
     def write(self, tensor: str, sample: int, array: np.ndarray) -> None:
-        array = np.ascontiguousarray(array)
+        array = np.asarray(array, order="C")  # keeps rank 0 (ascontiguousarray makes it 1-d)
         if tensor not in self._open:
             fd, tmp = tempfile.mkstemp(prefix=".tmp_", suffix=".npy", dir=self.outdir)
             fh = os.fdopen(fd, "wb")
@@ -115,7 +115,8 @@ class _NpySink:
         tmp, fh, h, st, shape, dtype, _ = entry
         if array.shape != shape:
             raise ValueError(f"tensor {tensor} changed shape between samples")
-        view = memoryview(array).cast("B")
+        # a zero-size tensor has no bytes (and memoryview cannot cast its shape)
+        view = memoryview(array).cast("B") if array.nbytes else b""
         fh.write(view)
         h.update(view)
         entry[6] += array.nbytes
@@ -377,6 +378,26 @@ def load_tensor(session: Session, manifest: dict, tensor: str, mmap: bool = True
     if not safepath.regular_file(path):
         raise safepath.UnsafePath(f"baseline tensor {path} is missing or not a regular file")
     return np.load(path, mmap_mode="r" if mmap else None, allow_pickle=False)
+
+
+def reference_output(info: ModelInfo, session: Session, manifest: dict, inputs: InputSet,
+                     name: str) -> np.ndarray:
+    """A graph output's baseline value, samples axis first.
+
+    Usually a dumped tensor; but a graph output may also be a graph input
+    (passed through) or an initializer (a constant), which no node produces
+    and the dump therefore does not hold."""
+    if any(e["tensor"] == name for e in manifest["tensors"]):
+        return np.asarray(load_tensor(session, manifest, name))
+    if name in inputs.arrays:
+        return np.asarray(inputs.arrays[name])
+    init = next((t for t in info.model.graph.initializer if t.name == name), None)
+    if init is not None:
+        from onnx import numpy_helper
+
+        const = numpy_helper.to_array(init)
+        return np.broadcast_to(const[None], (inputs.samples, *const.shape))
+    raise KeyError(name)
 
 
 def manifest_index(manifest: dict) -> dict[str, dict]:

@@ -284,7 +284,7 @@ def check_sensitivity(info: ModelInfo, session: Session, inputs: InputSet, manif
     cached = session.read_json("sensitivity.json")
     if cached and cached.get("key") == key:
         return cached
-    from bisect_tui.core.baseline import load_tensor
+    from bisect_tui.core.baseline import reference_output
     from bisect_tui.core.runner import make_session
     from bisect_tui.core.tolerance import judge_arrays
 
@@ -302,11 +302,11 @@ def check_sensitivity(info: ModelInfo, session: Session, inputs: InputSet, manif
         return result
     sess = make_session(info.model, "disable")
     names = [o.name for o in sess.get_outputs()]
-    runs = [dict(zip(names, sess.run(names, {n: a[k] for n, a in feeds_all.items()})))
+    runs = [dict(zip(names, sess.run(names, {n: np.asarray(a[k], order="C") for n, a in feeds_all.items()})))
             for k in range(inputs.samples)]
     outputs = {}
     for name in names:
-        ref = np.asarray(load_tensor(session, manifest, name))
+        ref = reference_output(info, session, manifest, inputs, name)
         metrics, verdict = judge_arrays(ref, np.stack([r[name] for r in runs]), tolerance.for_output(name))
         outputs[name] = {"max_abs": metrics["max_abs"], "ratio": verdict.ratio, "passed": verdict.passed}
     worst = max((o["ratio"] for o in outputs.values()), default=0.0)

@@ -245,7 +245,7 @@ class Triage:
     # step 5 -----------------------------------------------------------------
     def engine_dir(self, config: EngineConfig) -> Path:
         assert self.session
-        return self.session.engines_dir / f"{self.opts.engine}-{config.key()}"
+        return self.session.path(f"engines/{self.opts.engine}-{config.key()}")
 
     def run_fused(self, config: Optional[EngineConfig] = None) -> dict:
         """Build the fused engine, run it on the same inputs, compare final outputs."""
