@@ -165,11 +165,6 @@ def _check_numbers(args: argparse.Namespace) -> None:
         raise UserError(f"--seed must be a non-negative integer below 2**63, got {args.seed}")
     if args.topk is not None and args.topk < 1:
         raise UserError(f"--topk must be at least 1, got {args.topk}")
-    for flag, value in (("--atol", args.atol), ("--rtol", args.rtol)):
-        if value is not None and not (math.isfinite(value) and value >= 0):
-            raise UserError(f"{flag} must be a finite number >= 0, got {value}")
-    if args.min_cosine is not None and not (math.isfinite(args.min_cosine) and -1 <= args.min_cosine <= 1):
-        raise UserError(f"--min-cosine must be between -1 and 1, got {args.min_cosine}")
     for flag in ("max_builds", "max_culprits"):
         value = getattr(args, flag, None)
         if value is not None and value < 1:

@@ -9,6 +9,7 @@ reuses a valid earlier result) and writes its own result there.
 from __future__ import annotations
 
 import time
+import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
@@ -188,8 +189,17 @@ class Triage:
         assert self.session is not None
         if not self.session.inputs_path.exists():
             return None
-        with np.load(self.session.inputs_path, allow_pickle=False) as z:
-            arrays = {k: z[k] for k in z.files}
+        try:
+            with safepath.open_read(self.session.root, "input.npz") as fh, np.load(fh, allow_pickle=False) as z:
+                arrays = {k: z[k] for k in z.files}
+        except safepath.UnsafePath:
+            raise
+        except (OSError, ValueError, EOFError, KeyError, zipfile.BadZipFile) as exc:
+            # damaged (or holds pickles, which are never loaded): made again from the seed
+            self.progress(Progress("inputs", f"{self.session.inputs_path.name} is unreadable "
+                                   f"({type(exc).__name__}); generating the inputs again from the seed"))
+            self.session.inputs_path.unlink()
+            return None
         src = self.session.read_json("input_source.json") or {}
         return InputSet(arrays, {k: v for k, v in src.items() if k != "inputs"})
 

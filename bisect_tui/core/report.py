@@ -324,6 +324,8 @@ def bisect_text(s: dict) -> str:
     lines.append(f"bisection: {BISECT_VERDICT[b['verdict']]} ({b['engine_builds']} engine builds"
                  + (f" this run, {b['reused_steps']} steps reused from the session" if b.get("reused_steps") else "")
                  + f", searched at level {b.get('level')}, {len(b.get('units', []))} fused nodes)")
+    if b.get("untrusted_steps"):
+        lines.append(f"  {b['untrusted_steps']} saved step(s) failed their digest check and were recomputed")
     for st in b["steps"]:
         lines.append(f"  {st['n']:>3} {term(st['kind'])[:30]:<30} {term(st['region'])[:32]:<32} "
                      f"{'pass' if st['passed'] else 'FAIL'} x{fmt(st['ratio'])}")

@@ -228,7 +228,10 @@ def remember_session(root: Path, meta: dict) -> None:
     """Add the session to the recent list the app's model picker shows first."""
     try:
         path = state_home() / "recent.json"
-        recent = atomic.read_json(path) if path.exists() else []
+        try:
+            recent = atomic.read_json(path) if path.exists() else []
+        except (ValueError, UnicodeDecodeError):
+            recent = []  # unreadable: started afresh
         if not isinstance(recent, list):
             recent = []  # a damaged list is replaced, not trusted
         recent = [e for e in recent if isinstance(e, dict) and isinstance(e.get("session"), str)]

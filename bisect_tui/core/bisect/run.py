@@ -75,6 +75,7 @@ def run_bisection(triage, max_builds: int = 200, config=None, max_culprits: int 
         "workaround": workaround,
         "steps": [s.to_dict() for s in bis.steps],
         "engine_builds": bis.builds,
+        "untrusted_steps": bis.untrusted_steps,
         "finished": now_iso(),
         "tolerance": triage.opts.tolerance.to_dict(),
     }
