@@ -80,10 +80,11 @@ def file_names(info: ModelInfo, tensors: list[str]) -> dict[str, str]:
         base = f"layer_{idx:04d}_{safe_name(node.op_type, 24)}_{safe_name(t)}"
         fname = base + ".npy"
         k = 1
-        while fname in used:
+        # compared case-folded: on macOS/Windows `A` and `a` are one file
+        while fname.lower() in used:
             fname = f"{base}_{k}.npy"
             k += 1
-        used.add(fname)
+        used.add(fname.lower())
         names[t] = fname
     return names
 

@@ -19,7 +19,7 @@ from onnx import TensorProto, helper, numpy_helper
 from bisect_tui.core import atomic
 from bisect_tui.core.baseline import load_tensor, manifest_index
 from bisect_tui.core.bisect.units import Unit
-from bisect_tui.core.errors import UserError
+from bisect_tui.core.errors import EnvironmentFault, UserError
 from bisect_tui.core.graph import node_inputs
 from bisect_tui.core.metrics import compare
 from bisect_tui.core.runner import make_session
@@ -170,6 +170,8 @@ def isolate(triage, units: list[Unit], config, out_dir: Path) -> dict:
     }
     try:
         built = triage.engine.build(sub_path, config, (), None)
+    except EnvironmentFault:
+        raise  # the machine failed, not the fusion
     except UserError as exc:
         # The subgraph alone does not even build fused: that is the evidence.
         return {**base, "fused_in_isolation": [], "build_error": str(exc), "reproduces": True,

@@ -33,7 +33,7 @@ from bisect_tui.core import atomic, safepath
 from bisect_tui.core.bisect.judge import Judgement, OutputJudge
 from bisect_tui.core.bisect.units import Unit, build_units, marks_for, region_text
 from bisect_tui.core.cancel import Progress
-from bisect_tui.core.errors import UserError
+from bisect_tui.core.errors import EnvironmentFault, UserError
 from bisect_tui.core.session import now_iso, stable_key
 from bisect_tui.engines.base import LEVELS, EngineConfig, FusedNode
 
@@ -201,6 +201,8 @@ class Bisector:
         workdir = self.engine_dir(config) if not marks else None
         try:
             built = self.engine.build(self.session.model_path, config, marks, workdir)
+        except EnvironmentFault:
+            raise  # the machine failed, not the fusion: never a step's verdict
         except UserError as exc:
             # An engine that cannot even be built with this region enabled is
             # broken by it: the step fails, and the message says why.
