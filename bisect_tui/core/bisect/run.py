@@ -25,10 +25,15 @@ def run_bisection(triage, max_builds: int = 200, config=None, max_culprits: int 
         return run_probe(triage, optimized, units)
 
     try:
-        search = bis.run(probe)
+        return _finish(triage, bis, bis.run(probe))
     except Cancelled:
+        # wherever the cancel lands (search, isolation, attribution, workaround),
+        # the session says so: `resume` reopens it as interrupted, never "running"
         triage.session.mark_step("bisect", "cancelled", steps=len(bis.steps))
         raise
+
+
+def _finish(triage, bis: Bisector, search: dict) -> dict:
     units = [Unit.from_dict(u) for u in search.get("units", [])]
     by_idx = {u.index: u for u in units}
     level_cfg = bis.config.with_level(search.get("level", bis.config.level))
