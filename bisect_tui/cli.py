@@ -27,7 +27,7 @@ import sys
 from pathlib import Path
 from typing import Optional, Sequence
 
-from bisect_tui import __version__
+from bisect_tui import __version__, compare_cli
 from bisect_tui.core.errors import Cancelled, EnvironmentFault, ExitCode, UserError
 from bisect_tui.core.escape import term
 
@@ -68,20 +68,26 @@ def _add_model_options(p: argparse.ArgumentParser) -> None:
                    help="session config entry, e.g. optimization.enable_gelu_approximation=1")
     e.add_argument("--disable", action="append", default=[], metavar="OPTIMIZER",
                    help="disable an optimizer by name (checked against the installed ORT)")
-    t = p.add_argument_group("tolerance")
-    t.add_argument("--preset", help="tolerance preset: fp32, fp16, bf16, int8, article, ... (default: the precision's)")
-    t.add_argument("--atol", type=float)
-    t.add_argument("--rtol", type=float)
-    t.add_argument("--min-cosine", type=float)
-    t.add_argument("--tol", action="append", default=[], metavar="OUTPUT:CRIT=V,...",
-                   help="per-output tolerance, e.g. logits:atol=1e-3,min_cosine=0.999")
-    t.add_argument("--topk", type=int, help="also compare top-k agreement along the last axis")
+    t = add_tolerance_options(p, "the precision's")
     t.add_argument("--outputs-only", action="store_true",
                    help="compare final outputs only (skip the per-tensor comparison of the fused graph)")
     o = p.add_argument_group("output")
     o.add_argument("--json", type=Path, metavar="FILE", help="write the result as JSON")
     o.add_argument("--report", type=Path, metavar="FILE.md", help="write a Markdown report")
     o.add_argument("-q", "--quiet", action="store_true", help="no progress output")
+
+
+def add_tolerance_options(p: argparse.ArgumentParser, default_preset: str) -> argparse._ArgumentGroup:
+    """The tolerance flags `check`, `bisect` and `compare` share (same names, same presets)."""
+    t = p.add_argument_group("tolerance")
+    t.add_argument("--preset", help=f"tolerance preset: fp32, fp16, bf16, int8, article, ... (default: {default_preset})")
+    t.add_argument("--atol", type=float)
+    t.add_argument("--rtol", type=float)
+    t.add_argument("--min-cosine", type=float)
+    t.add_argument("--tol", action="append", default=[], metavar="OUTPUT:CRIT=V,...",
+                   help="per-output tolerance, e.g. logits:atol=1e-3,min_cosine=0.999")
+    t.add_argument("--topk", type=int, help="also compare top-k agreement along the last axis")
+    return t
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -110,6 +116,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("session", type=Path)
     r.add_argument("--headless", action="store_true", help="resume the bisection without the app")
     r.add_argument("-q", "--quiet", action="store_true", help="no progress output (with --headless)")
+    compare_cli.add_parser(sub)
     return p
 
 
@@ -360,7 +367,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     and an internal error never exits with a verdict's code."""
     parser = build_parser()
     args = parser.parse_args(argv)
-    handlers = {"check": cmd_check, "bisect": cmd_bisect, "tui": cmd_tui, "resume": cmd_resume}
+    handlers = {"check": cmd_check, "bisect": cmd_bisect, "tui": cmd_tui, "resume": cmd_resume,
+                "compare": compare_cli.run}
     from bisect_tui.core import safepath, session as _session
 
     _install_signals()
