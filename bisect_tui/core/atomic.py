@@ -18,6 +18,10 @@ import numpy as np
 
 
 def _atomic_write(path: Path, data: bytes) -> None:
+    # Safe against a link planted at `path`: mkstemp creates with O_EXCL (never
+    # through a link) and os.replace swaps the link itself for the file rather
+    # than writing where it points. Folders are checked by the caller
+    # (Session.path / safepath.inside).
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)

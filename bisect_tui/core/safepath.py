@@ -131,6 +131,14 @@ def open_read(root: PathLike, rel: PathLike, binary: bool = True):
     return os.fdopen(fd, "rb" if binary else "r", **({} if binary else {"encoding": "utf-8"}))
 
 
+def read_json(root: PathLike, rel: PathLike):
+    """JSON from `root/rel`, read without following links."""
+    import json
+
+    with open_read(root, rel, binary=False) as fh:
+        return json.load(fh)
+
+
 def regular_file(path: PathLike) -> bool:
     """True for an existing regular file that is not a link (lstat, no following)."""
     try:

@@ -272,7 +272,8 @@ class Bisector:
         workdir = self.engine_dir(config)
         path = workdir / "fused_nodes.json"
         if step.optimized and path.exists() and self.trusted_file(step.optimized):
-            return [FusedNode.from_dict(d) for d in atomic.read_json(path)], step.optimized, step
+            return ([FusedNode.from_dict(d) for d in safepath.read_json(workdir, "fused_nodes.json")],
+                    step.optimized, step)
         if step.summary.startswith("engine build failed"):
             return None, None, step
         # The verdict was recorded but its files are gone (deleted, or an older
