@@ -140,13 +140,17 @@ def _check_output_file(path: Optional[Path], flag: str) -> None:
     p = Path(path)
     if p.is_dir():
         raise UserError(f"{flag} {term(p)} is a directory; give a file name")
-    parent = p.parent if str(p.parent) else Path(".")
-    if not parent.is_dir():
-        raise UserError(f"{flag} {term(p)}: the folder {term(parent)} does not exist")
     if p.exists() and not os.access(p, os.W_OK):
         raise UserError(f"{flag} {term(p)} exists and is not writable")
-    if not p.exists() and not os.access(parent, os.W_OK | os.X_OK):
-        raise UserError(f"{flag} {term(p)}: the folder {term(parent)} is not writable")
+    # missing folders are created when the file is written; the nearest existing
+    # one must be a folder we can write in
+    probe = p.parent if str(p.parent) else Path(".")
+    while not probe.exists() and probe.parent != probe:
+        probe = probe.parent
+    if not probe.is_dir():
+        raise UserError(f"{flag} {term(p)}: {term(probe)} is a file, not a folder")
+    if not p.exists() and not os.access(probe, os.W_OK | os.X_OK):
+        raise UserError(f"{flag} {term(p)}: the folder {term(probe)} is not writable")
 
 
 def _check_session_dir(path: Optional[Path]) -> None:

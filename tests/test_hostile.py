@@ -630,7 +630,8 @@ CASES = [
     Case("input-npy-for-two-inputs", [*FAST, "--input", "{tmp}/in.npy"], 2, "holds one array",
          chain(use_model(m_keyword_inputs), lambda ctx: np.save(ctx.tmp / "in.npy", np.zeros((2, 3), np.float32)))),
     # --- options, validated before any work
-    *[Case(f"option-{cid}", [*FAST, *extra], 2, msg, None, untouched_session) for cid, extra, msg in [
+    *[Case(f"option-{cid}", [*FAST, *extra], 2, msg, lambda ctx: (ctx.tmp / "afile").write_text("x"),
+           untouched_session) for cid, extra, msg in [
         ("max-memory-inf", ["--max-memory", "inf"], "finite size"),
         ("max-memory-negative", ["--max-memory=-1G"], "finite size"),
         ("max-memory-nan", ["--max-memory", "nan"], "finite size|bad memory"),
@@ -643,7 +644,7 @@ CASES = [
         ("atol-nan", ["--atol", "nan"], "atol"),
         ("min-cosine-2", ["--min-cosine", "2"], "min_cosine"),
         ("json-is-dir", ["--json", "{tmp}"], "is a directory"),
-        ("json-folder-missing", ["--json", "{tmp}/no/such/r.json"], "does not exist"),
+        ("json-folder-is-a-file", ["--json", "{tmp}/afile/r.json"], "is a file, not a folder"),
         ("report-is-dir", ["--report", "{tmp}"], "is a directory"),
         ("shape-syntax", ["--shape", "x=1xx3"], "bad --shape"),
         ("input-range-inf", ["--input-range", "x=-inf:inf"], "finite"),
