@@ -46,7 +46,7 @@ def run_bisect_command(args, opts) -> int:
     triage = Triage(opts, progress)
     try:
         summary = triage.run_all()
-        if summary["verdict"] in ("nondeterministic", "nan_inf"):
+        if summary["verdict"] in ("nondeterministic", "nan_inf", "export_mismatch"):
             progress.close()
             print(check_text(summary))
             return summary["exit_code"]
