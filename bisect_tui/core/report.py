@@ -148,7 +148,10 @@ def check_text(s: dict) -> str:
                 lines.append(f"tensors inside the fused graph: all {sh['tensors_compared']} within tolerance")
         lines += arbiter_lines(s.get("arbiter"))
     lines.append(VERDICT_TEXT[s["verdict"]] + f" (exit {s['exit_code']})")
-    if s["verdict"] == "fail":
+    if s["verdict"] == "fail" and arbiter_all_too_tight(s):
+        lines.append("next: every failing output is as close to the float64 truth as the FP32 baseline: loosen the "
+                     "tolerance to FP32's own error (see the arbiter) instead of bisecting rounding noise")
+    elif s["verdict"] == "fail":
         lines.append("next: run `bisect-tui bisect` with the same options to name the fused op at fault")
     elif s["verdict"] == "export_mismatch":
         lines.append("next: " + export_next_step(s["framework"]))
@@ -409,6 +412,14 @@ def framework_lines(fw: dict | None) -> list[str]:
             out.append(f"      why: {p['why']}")
             out.append(f"      do: {p['what_to_do']}")
     return out
+
+
+def arbiter_all_too_tight(s: dict) -> bool:
+    """True when the arbiter ran and every output the tolerance fails is not worse than FP32."""
+    arb = s.get("arbiter") or {}
+    failing = s.get("failing_outputs") or []
+    outs = arb.get("outputs") or {}
+    return bool(arb.get("available") and failing and all(n in outs and outs[n]["too_tight"] for n in failing))
 
 
 def export_next_step(fw: dict) -> str:

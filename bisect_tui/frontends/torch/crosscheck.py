@@ -32,6 +32,8 @@ REASONS = {
     "shared": "the module runs more than once per forward; every call carries the same path in the export",
     "no_value": "no ONNX tensor of this shape holds these values",
     "not_float": "not a floating-point output",
+    "merged": "the exporter merged this module into a later one (batch norm folded into the convolution, "
+              "a bias into a Gemm): the ONNX tensor that carries its path holds the later module's output",
 }
 
 
@@ -229,7 +231,29 @@ def crosscheck(golden_entries: list[dict], load_golden, session, manifest: dict,
         else:
             m.reason = m.reason or "no_value"
             m.detail = f"no ONNX tensor has shape {'x'.join(map(str, e['shape'])) or 'scalar'}"
+    _merged(result, failing_arrays)
     return result, failing_arrays
+
+
+def _merged(result: CrossCheck, failing_arrays: dict) -> None:
+    """A failing metadata match whose tensor equals a *later* module's output is
+    not a wrong export: the exporter folded this module into that one."""
+    passing: dict[str, list[ModuleMatch]] = {}
+    for m in result.matches:
+        if m.passed and m.onnx_tensor:
+            passing.setdefault(m.onnx_tensor, []).append(m)
+    for m in result.matches:
+        if m.passed is not False or not m.onnx_tensor:
+            continue
+        later = [o for o in passing.get(m.onnx_tensor, []) if o.index > m.index]
+        if not later:
+            continue
+        o = later[0]
+        m.detail = (f"ONNX tensor {m.onnx_tensor!r}, named for this module, equals the output of {o.module} "
+                    f"({o.type}); against this module it is off by max abs {m.max_abs:.3g}")
+        m.method, m.passed, m.reason, m.summary = None, None, "merged", None
+        m.onnx_tensor = m.max_abs = m.max_rel = m.cosine = None
+        failing_arrays.pop(m.name, None)
 
 
 def _fill(m: ModuleMatch, tensor: str, metrics: dict, verdict, entry: dict, onnx_entry: dict) -> None:

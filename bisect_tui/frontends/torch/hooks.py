@@ -73,8 +73,11 @@ class GoldenRecorder:
     """Hooks on every module of `model`; `write` mode streams to `outdir`,
     `hash` mode only hashes (for the second run)."""
 
-    def __init__(self, model: nn.Module, samples: int, outdir: Optional[Path] = None):
+    def __init__(self, model: nn.Module, samples: int, outdir: Optional[Path] = None,
+                 capture: Optional[set[str]] = None):
         self.model = model
+        self.capture = capture  # golden names whose arrays to keep in memory (one sample)
+        self.captured: dict[str, np.ndarray] = {}
         self.samples = samples
         self.outdir = outdir
         self.slots: dict[tuple, _Slot] = {}
@@ -140,6 +143,8 @@ class GoldenRecorder:
             self.errors.append(f"{slot.name}: shape {slot.shape} in sample 0 but {tuple(arr.shape)} "
                                f"in sample {self._sample}")
             return
+        if self.capture is not None and slot.name in self.capture:
+            self.captured[slot.name] = arr.copy()
         view = memoryview(np.ascontiguousarray(arr)).cast("B")
         slot.sha.update(view)
         update_stats(slot.stats, arr)

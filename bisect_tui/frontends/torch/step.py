@@ -162,6 +162,14 @@ def _train_vs_eval(loaded: factory.Loaded, args: tuple) -> Optional[float]:
     return float(max((torch.max(torch.abs(a.double() - b.double())).item() for a, b in zip(ev, tr)), default=0.0))
 
 
+def _inputs_source(triage, prep: TorchPrepared) -> str:
+    if prep.input_file is not None:
+        return "the factory's example inputs, torch/example_inputs.npz and input.npz"
+    if triage.opts.input_file:
+        return f"from {Path(triage.opts.input_file).name}, copied to input.npz"
+    return f"generated with seed {triage.opts.seed}, input.npz"
+
+
 def golden_key(prep: TorchPrepared, baseline_manifest: dict) -> str:
     return stable_key("torch-golden/v1", prep.loaded.state_sha256, baseline_manifest["key"], torch.__version__)
 
@@ -216,8 +224,7 @@ def run_golden(triage, prep: TorchPrepared) -> dict:
     found = [
         pitfalls.training_mode(rec["training_at_load"], rec["still_training"], train_moves),
         pitfalls.weights_changed(before, after1, after2, rec.get("second_call") or {}),
-        pitfalls.inputs_fixed(triage.inputs.source.get("kind", "seed") if triage.inputs.source else "seed",
-                              rec.get("second_call") or {}),
+        pitfalls.inputs_fixed(_inputs_source(triage, prep), rec.get("second_call") or {}),
         pitfalls.nondeterminism(differing, len(entries)),
         pitfalls.dtype_alignment(rec.get("dtype_changes") or [], not_fp32),
         soft,
