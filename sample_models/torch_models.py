@@ -14,6 +14,7 @@ purpose, so the tests can prove the front end catches it.
     drifting_buffer    updates a buffer in every forward: the weights change between runs
     unseeded           random weights from an unseeded generator: every call gives other weights
     half_mlp           parameters in float16: golden data compared in FP16 against FP32
+    data_branch        an `if` on a tensor value: torch.export refuses it, the tracer bakes one branch
 """
 
 from __future__ import annotations
@@ -204,3 +205,20 @@ def unseeded():
 def half_mlp():
     model = _init_(nn.Sequential(nn.Linear(16, 32), nn.GELU(), nn.Linear(32, 4)), seed=14)
     return model.half().eval(), (torch.randn(1, 16, generator=_seeded(15)),)
+
+
+class DataBranch(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(16, 16)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.fc(x)
+        if y.sum() > 0:  # Python control flow on a tensor's value
+            return torch.relu(y)
+        return -y
+
+
+def data_branch():
+    """torch.export refuses the value-dependent `if`; the tracer keeps the branch the example took."""
+    return _init_(DataBranch(), seed=16).eval(), (torch.randn(1, 16, generator=_seeded(17)),)

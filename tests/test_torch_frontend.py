@@ -244,3 +244,28 @@ def test_spec_vs_path():
     assert not looks_like_spec("C:/models/x.onnx") and not looks_like_spec(str(MODELS))
     with pytest.raises(UserError):
         TorchSpec.parse("a b:c")
+
+
+def test_auto_falls_back_to_torchscript_and_the_baked_branch_is_caught(tmp_path):
+    """torch.export refuses an `if` on a tensor value; auto says why and uses the
+    tracer, which keeps the branch the example input took. An input that takes
+    the other branch shows the export is wrong."""
+    import importlib.util
+
+    mod_spec = importlib.util.spec_from_file_location("tm_for_test", MODELS)
+    tm = importlib.util.module_from_spec(mod_spec)
+    mod_spec.loader.exec_module(tm)
+    model, (x0,) = tm.data_branch()
+    w, b = model.fc.weight.detach(), model.fc.bias.detach()
+    direction = w.sum(0)
+    x = -(b.sum() + 1.0) / direction.dot(direction) * direction  # fc(x).sum() == -1: the other branch
+    with torch.no_grad():
+        assert float(model.fc(x0).sum()) > 0 > float(model.fc(x[None]).sum())
+    other = tmp_path / "other.npz"
+    np.savez(other, x=x[None].numpy().astype(np.float32))
+    t = triage(tmp_path, "data_branch", input_file=other)
+    rec = t._torch.record
+    assert rec["exporter"] == "torchscript" and rec["exporter_requested"] == "auto"
+    assert "GuardOnDataDependentSymNode" in rec["fallback_reason"]
+    assert "Python boolean" in pitfall(t, "export_baked_values")["detail"]
+    assert t.summary()["verdict"] == "export_mismatch"

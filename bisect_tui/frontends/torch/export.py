@@ -16,6 +16,7 @@ import contextlib
 import importlib
 import io
 import logging
+import re
 import time
 import warnings
 from dataclasses import asdict, dataclass, field
@@ -63,6 +64,21 @@ def _quiet_torch_loggers():
     return ctx()
 
 
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def _reason(exc: BaseException) -> str:
+    """The exporter's own words, first line, colours removed; the root cause
+    (torch.export's guard on a data-dependent value...) when it wraps one."""
+    parts = []
+    e: Optional[BaseException] = exc
+    while e is not None and len(parts) < 3:
+        text = _ANSI.sub("", str(e)).strip()
+        parts.append(f"{type(e).__name__}: {text.splitlines()[0][:240] if text else ''}".rstrip(": "))
+        e = e.__cause__
+    return " <- ".join(reversed(parts)) if len(parts) > 1 else parts[0]
+
+
 def _one_export(loaded: Loaded, args: tuple, path: Path, dynamo: bool) -> tuple[list[str], str]:
     log = io.StringIO()
     with warnings.catch_warnings(record=True) as caught, _quiet_torch_loggers(), \
@@ -98,8 +114,7 @@ def export(loaded: Loaded, args: tuple, outdir: Path, spec: TorchSpec) -> Export
             notes, log = _one_export(loaded, args, path, dynamo)
             break
         except Exception as exc:
-            text = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else type(exc).__name__
-            last_error = f"{'dynamo' if dynamo else 'torchscript'} exporter: {type(exc).__name__}: {text}"
+            last_error = f"{'dynamo' if dynamo else 'torchscript'} exporter: {_reason(exc)}"
             if dynamo and len(order) > 1:
                 fallback = last_error
             continue
