@@ -447,6 +447,9 @@ def arbiter_lines(arb: dict | None) -> list[str]:
         if o.get("framework"):
             line += f"; PyTorch FP32 RMSE {fmt(o['framework']['rmse'])}"
         out.append(line)
+        if not o["not_worse"] and arb.get("precision") in ("fp16", "bf16"):
+            out.append(f"         expected for a {arb['precision']} engine: its own rounding is far above FP32's; "
+                       "the tolerance, not this ratio, says whether it is good enough")
         if o["too_tight"]:
             out.append("         the tolerance fails this output, yet the fused engine is as close to the truth as "
                        "FP32 itself: the tolerance is tighter than FP32's own error; loosen it")

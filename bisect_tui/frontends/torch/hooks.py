@@ -87,6 +87,9 @@ class GoldenRecorder:
         self._seen_this_sample: list[tuple] = []
         self._handles = []
         self.errors: list[str] = []
+        self._proc = _process()
+        self.rss_start = self._proc.memory_info().rss if self._proc else None
+        self.rss_peak = self.rss_start
 
     def __enter__(self) -> "GoldenRecorder":
         for path, mod in self.model.named_modules():
@@ -150,6 +153,8 @@ class GoldenRecorder:
         update_stats(slot.stats, arr)
         if self.outdir is not None:
             self._append(slot, arr, view)
+        if self._proc is not None:  # resident memory right after the copy: the bound to watch
+            self.rss_peak = max(self.rss_peak or 0, self._proc.memory_info().rss)
 
     def _append(self, slot: _Slot, arr: np.ndarray, view: memoryview) -> None:
         assert self.outdir is not None
@@ -194,8 +199,25 @@ class GoldenRecorder:
                 s.tmp = None
 
 
-def run_recorded(model: nn.Module, samples: list[tuple], outdir: Optional[Path]) -> tuple[list[dict], list[str]]:
-    """Forward every sample under hooks; returns manifest entries and problems found."""
+def _process():
+    try:
+        import psutil
+
+        return psutil.Process()
+    except Exception:
+        return None
+
+
+@dataclass
+class Recorded:
+    entries: list[dict]
+    problems: list[str]
+    rss_start: Optional[int]
+    rss_peak: Optional[int]
+
+
+def run_recorded(model: nn.Module, samples: list[tuple], outdir: Optional[Path]) -> Recorded:
+    """Forward every sample under hooks; manifest entries, problems found, memory seen."""
     rec = GoldenRecorder(model, len(samples), outdir)
     with rec, torch.no_grad():
         for k, args in enumerate(samples):
@@ -203,7 +225,7 @@ def run_recorded(model: nn.Module, samples: list[tuple], outdir: Optional[Path])
             model(*args)
             rec.end_sample()
         entries = rec.finish()
-    return entries, rec.errors
+    return Recorded(entries, rec.errors, rec.rss_start, rec.rss_peak)
 
 
 def write_manifest(outdir: Path, manifest: dict) -> None:

@@ -192,11 +192,13 @@ def run_golden(triage, prep: TorchPrepared) -> dict:
     (gdir / "manifest.json").unlink(missing_ok=True)
     triage.progress(Progress("torch", "PyTorch forward with hooks on every module (run 1 of 2)"))
     before = factory.state_digest(loaded.module)
-    entries, errors = run_recorded(loaded.module, samples, gdir)
+    run1 = run_recorded(loaded.module, samples, gdir)
+    entries, errors = run1.entries, run1.problems
     after1 = factory.state_digest(loaded.module)
     triage.cancel.check()
     triage.progress(Progress("torch", "PyTorch forward again for determinism (run 2 of 2)"))
-    entries2, errors2 = run_recorded(loaded.module, samples, None)
+    run2 = run_recorded(loaded.module, samples, None)
+    entries2, errors2 = run2.entries, run2.problems
     after2 = factory.state_digest(loaded.module)
     second = {e["name"]: e["sha256"] for e in entries2}
     differing = [e for e in entries if second.get(e["name"]) != e["sha256"]]
@@ -208,6 +210,7 @@ def run_golden(triage, prep: TorchPrepared) -> dict:
         "deterministic": not differing and len(entries) == len(entries2),
         "differing": [e["name"] for e in differing],
         "state_sha256": {"before": before, "after_run1": after1, "after_run2": after2},
+        "rss_bytes": {"start": run1.rss_start, "peak": run1.rss_peak},
         "seconds": time.perf_counter() - t0,
     }
     write_manifest(gdir, manifest)  # last: marks the dump complete
@@ -238,6 +241,7 @@ def run_golden(triage, prep: TorchPrepared) -> dict:
         "export": {k: rec.get(k) for k in ("exporter", "exporter_requested", "fallback_reason", "opset",
                                            "torch_version", "traced_with", "onnx_sha256", "seconds")},
         "golden": {"dir": str(gdir), "tensors": len(entries), "bytes": manifest["bytes"],
+                   "rss_growth_bytes": (run1.rss_peak - run1.rss_start) if run1.rss_start else None,
                    "deterministic": manifest["deterministic"], "differing": manifest["differing"][:20],
                    "problems": manifest["problems"]},
         "crosscheck": cc,
