@@ -372,6 +372,10 @@ def _iso_abs(iso: dict) -> str:
 # --- PyTorch front end and float64 arbiter ------------------------------------------------
 
 
+def _size(n: int) -> str:
+    return f"{n / 1024:.1f} KB" if n < (1 << 20) else _mb(n)
+
+
 def _coverage_text(cov: dict) -> str:
     text = (f"{cov['mapped_modules']} of {cov['modules']} modules mapped to ONNX tensors "
             f"({cov['by_metadata']} outputs by export metadata, {cov['by_value']} by value); "
@@ -390,7 +394,7 @@ def framework_lines(fw: dict | None) -> list[str]:
         out.append(f"  dynamo exporter not used: {term(ex['fallback_reason'])}")
     g = fw["golden"]
     out.append(f"golden data: {g['tensors']} module outputs (PyTorch FP32, eval mode, forward hooks), "
-               f"{_mb(g['bytes'])}, " + ("bit-identical over two runs" if g["deterministic"] else
+               f"{_size(g['bytes'])}, " + ("bit-identical over two runs" if g["deterministic"] else
                                           f"{len(g['differing'])} differ between two runs"))
     cc = fw["crosscheck"]
     cov = cc["coverage"]
@@ -471,7 +475,7 @@ def framework_markdown(fw: dict | None) -> list[str]:
     if ex.get("fallback_reason"):
         parts.append(f"- dynamo exporter not used: {md(ex['fallback_reason'])}")
     parts += [
-        f"- golden data: {g['tensors']} module outputs from forward hooks (FP32, eval mode), {_mb(g['bytes'])}, "
+        f"- golden data: {g['tensors']} module outputs from forward hooks (FP32, eval mode), {_size(g['bytes'])}, "
         + ("bit-identical over two runs" if g["deterministic"] else f"{len(g['differing'])} differ between two runs"),
         f"- export cross-check: {md(_coverage_text(cov))}; "
         + ("**every mapped output matches PyTorch**" if cc["passed"] else
