@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 from typing import Optional, Sequence
 
-from bisect_tui import __version__
+from bisect_tui import __version__, compare_cli
 from bisect_tui.core.errors import Cancelled, ExitCode, UserError
 
 EPILOG = """exit codes: 0 within tolerance / nothing to find, 1 tolerance broken / culprits found,
@@ -59,14 +59,7 @@ def _add_model_options(p: argparse.ArgumentParser) -> None:
                    help="session config entry, e.g. optimization.enable_gelu_approximation=1")
     e.add_argument("--disable", action="append", default=[], metavar="OPTIMIZER",
                    help="disable an optimizer by name (checked against the installed ORT)")
-    t = p.add_argument_group("tolerance")
-    t.add_argument("--preset", help="tolerance preset: fp32, fp16, bf16, int8, article, ... (default: the precision's)")
-    t.add_argument("--atol", type=float)
-    t.add_argument("--rtol", type=float)
-    t.add_argument("--min-cosine", type=float)
-    t.add_argument("--tol", action="append", default=[], metavar="OUTPUT:CRIT=V,...",
-                   help="per-output tolerance, e.g. logits:atol=1e-3,min_cosine=0.999")
-    t.add_argument("--topk", type=int, help="also compare top-k agreement along the last axis")
+    t = add_tolerance_options(p, "the precision's")
     t.add_argument("--outputs-only", action="store_true",
                    help="compare final outputs only (skip the per-tensor comparison of the fused graph)")
     t.add_argument("--no-arbiter", action="store_true",
@@ -75,6 +68,19 @@ def _add_model_options(p: argparse.ArgumentParser) -> None:
     o.add_argument("--json", type=Path, metavar="FILE", help="write the result as JSON")
     o.add_argument("--report", type=Path, metavar="FILE.md", help="write a Markdown report")
     o.add_argument("-q", "--quiet", action="store_true", help="no progress output")
+
+
+def add_tolerance_options(p: argparse.ArgumentParser, default_preset: str) -> argparse._ArgumentGroup:
+    """The tolerance flags `check`, `bisect` and `compare` share (same names, same presets)."""
+    t = p.add_argument_group("tolerance")
+    t.add_argument("--preset", help=f"tolerance preset: fp32, fp16, bf16, int8, article, ... (default: {default_preset})")
+    t.add_argument("--atol", type=float)
+    t.add_argument("--rtol", type=float)
+    t.add_argument("--min-cosine", type=float)
+    t.add_argument("--tol", action="append", default=[], metavar="OUTPUT:CRIT=V,...",
+                   help="per-output tolerance, e.g. logits:atol=1e-3,min_cosine=0.999")
+    t.add_argument("--topk", type=int, help="also compare top-k agreement along the last axis")
+    return t
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -103,6 +109,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("session", type=Path)
     r.add_argument("--headless", action="store_true", help="resume the bisection without the app")
     r.add_argument("-q", "--quiet", action="store_true", help="no progress output (with --headless)")
+    compare_cli.add_parser(sub)
     return p
 
 
@@ -246,7 +253,8 @@ def cmd_resume(args: argparse.Namespace) -> int:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    handlers = {"check": cmd_check, "bisect": cmd_bisect, "tui": cmd_tui, "resume": cmd_resume}
+    handlers = {"check": cmd_check, "bisect": cmd_bisect, "tui": cmd_tui, "resume": cmd_resume,
+                "compare": compare_cli.run}
     try:
         if args.command is None:
             return cmd_tui(None)
