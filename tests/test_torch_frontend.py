@@ -273,19 +273,20 @@ def test_auto_falls_back_to_torchscript_and_the_baked_branch_is_caught(tmp_path)
 
 @pytest.mark.slow
 def test_golden_dump_memory_stays_bounded(tmp_path):
-    """40 module outputs of 2 MB each: the hooks stream each to disk as it comes,
-    so once warm the process grows by a few tensors, not by the 82 MB dumped."""
+    """40 module outputs of 4 MB each: the hooks stream each to disk as it comes,
+    so once warm the process grows by a few tensors (4-10 MB measured), not by
+    the 164 MB dumped."""
     from bisect_tui.frontends.torch.hooks import run_recorded
 
     class Scale(torch.nn.Module):
         def forward(self, x):
             return x * 1.001
 
-    x = torch.randn(1, 1 << 19, generator=torch.Generator().manual_seed(0))
+    x = torch.randn(1, 1 << 20, generator=torch.Generator().manual_seed(0))
     (tmp_path / "warm").mkdir()
     run_recorded(torch.nn.Sequential(*[Scale() for _ in range(5)]), [(x,)], tmp_path / "warm")  # allocator warm-up
     rec = run_recorded(torch.nn.Sequential(*[Scale() for _ in range(40)]).eval(), [(x,)], tmp_path)
     dumped = sum(e["bytes"] for e in rec.entries)
-    assert dumped == 41 * (2 << 20)  # 40 children and the root
-    assert rec.rss_peak - rec.rss_start < 5 * (2 << 20), (rec.rss_peak - rec.rss_start) / 2**20
+    assert dumped == 41 * (4 << 20)  # 40 children and the root
+    assert rec.rss_peak - rec.rss_start < dumped / 5, (rec.rss_peak - rec.rss_start) / 2**20
     np.testing.assert_allclose(np.load(tmp_path / rec.entries[4]["file"])[0], (x * 1.001 ** 5).numpy(), rtol=1e-6)

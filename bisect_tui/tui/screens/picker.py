@@ -83,8 +83,7 @@ class PickerScreen(Screen):
             yield Static(Text(
                 "Pick an ONNX model to triage, or a recent session to resume. Type a path and press "
                 "enter, or choose below with up/down and enter."), id="intro")
-            yield Input(placeholder="path to a .onnx model, a session directory, or module.path:factory (PyTorch)",
-                        id="path")
+            yield Input(placeholder="path to a .onnx model or a session directory", id="path")
             yield OptionList(id="choices")
         yield StatusLine(id="status")
         yield Footer()
