@@ -228,6 +228,11 @@ def cmd_tui(args: Optional[argparse.Namespace]) -> int:
         from bisect_tui.core.model import load_model_info
 
         load_model_info(opts.model)  # a bad path fails here with one line, before the screen opens
+    if opts is not None and opts.torch:
+        from bisect_tui.frontends.torch import TorchSpec
+        from bisect_tui.frontends.torch.factory import import_factory
+
+        import_factory(TorchSpec.from_dict(opts.torch))  # a bad module or factory: one line, no screen
     app = make_app(options=opts)
     app.run()
     return int(app.return_code or 0)

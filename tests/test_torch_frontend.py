@@ -233,6 +233,7 @@ def test_cli_torch_check_and_usage_errors(tmp_path, capsys, monkeypatch):
         (["check", "--torch", "no_colon"], "expected module.path:factory"),
         (["check", "--torch", "sample_models.torch_models:nope"], "has no callable 'nope'"),
         (["check"], "no model"),
+        (["tui", "--torch", "sample_models.torch_models:nope"], "has no callable 'nope'"),  # before any screen
     ]:
         rc = main(argv + ["--session", str(tmp_path / "bad"), "-q"])
         err = capsys.readouterr().err
