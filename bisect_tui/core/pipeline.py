@@ -410,6 +410,7 @@ class Triage:
             self.arbiter = cached
             return cached
         self.progress(Progress("arbiter", "float64 run of the whole model"))
+        t0 = time.perf_counter()
         fused = self._load_fused_outputs()
         if fused is None:
             self.session.path("check.json").unlink(missing_ok=True)  # recompute with outputs saved
@@ -439,7 +440,7 @@ class Triage:
         passed = {n: o["passed"] for n, o in self.fused["outputs"].items()}
         arb = arbitrate(truth, baseline, fused, self.fused["config"]["precision"], source, passed,
                         framework, note)
-        self.arbiter = {"key": key, **arb.to_dict()}
+        self.arbiter = {"key": key, **arb.to_dict(), "seconds": time.perf_counter() - t0}
         self.session.write_json("arbiter.json", self.arbiter)
         return self.arbiter
 

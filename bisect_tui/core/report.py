@@ -451,6 +451,9 @@ def arbiter_lines(arb: dict | None) -> list[str]:
         if o.get("framework"):
             line += f"; PyTorch FP32 RMSE {fmt(o['framework']['rmse'])}"
         out.append(line)
+        if not o["not_worse"] and o["tolerance_passed"] and arb.get("precision") not in ("fp16", "bf16"):
+            out.append("         more error than FP32 itself, yet within the tolerance: it matters only if "
+                       "your tolerance should be as tight as FP32's own error")
         if not o["not_worse"] and arb.get("precision") in ("fp16", "bf16"):
             out.append(f"         expected for a {arb['precision']} engine: its own rounding is far above FP32's; "
                        "the tolerance, not this ratio, says whether it is good enough")
