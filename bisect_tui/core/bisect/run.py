@@ -20,15 +20,19 @@ def run_bisection(triage, max_builds: int = 200, config=None, max_culprits: int 
         triage.run_fused()
     triage.session.mark_step("bisect", "running")
     bis = Bisector(triage, config, max_builds, max_culprits)
+    try:
+        return _search_and_prove(triage, bis)
+    except Cancelled:
+        # wherever it lands (search, isolation, attribution, workaround), `resume` must see it
+        triage.session.mark_step("bisect", "cancelled", steps=len(bis.steps))
+        raise
 
+
+def _search_and_prove(triage, bis) -> dict:
     def probe(optimized: str, units: list[Unit]) -> dict:
         return run_probe(triage, optimized, units)
 
-    try:
-        search = bis.run(probe)
-    except Cancelled:
-        triage.session.mark_step("bisect", "cancelled", steps=len(bis.steps))
-        raise
+    search = bis.run(probe)
     units = [Unit.from_dict(u) for u in search.get("units", [])]
     by_idx = {u.index: u for u in units}
     level_cfg = bis.config.with_level(search.get("level", bis.config.level))
