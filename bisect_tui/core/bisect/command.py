@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from bisect_tui import __version__
 from bisect_tui.core import atomic
 from bisect_tui.core.errors import ExitCode
@@ -29,9 +31,14 @@ def export_session(triage, summary: dict, result, plots: dict | None = None) -> 
     atomic.write_text(session.path("report.md"), md)
     session.write_json("report.json", full)
     paths = {"report.md": str(session.path("report.md")), "report.json": str(session.path("report.json"))}
-    if result and result.get("culprits"):
-        paths["bundle.zip"] = str(write_bundle(session.path("bundle.zip"), result["culprits"], summary["config"],
+    if result and (result.get("culprits") or (result.get("precision") or {}).get("passed")):
+        isolated = [c for c in result.get("culprits", []) if (c.get("isolated") or {}).get("subgraph")]
+        paths["bundle.zip"] = str(write_bundle(session.path("bundle.zip"), isolated, summary["config"],
                                                triage.opts.tolerance.default.to_dict(), md, __version__))
+        if (result.get("precision") or {}).get("passed") or result.get("engine_error"):
+            from bisect_tui.core.bisect.keepset_bundle import add_keepset_repro
+
+            add_keepset_repro(Path(paths["bundle.zip"]), triage, result, __version__)
     return full, md, paths
 
 
