@@ -133,7 +133,10 @@ class Triage:
         opts: TriageOptions,
         progress: ProgressFn = no_progress,
         cancel: Optional[CancelToken] = None,
+        engine=None,
     ):
+        """`engine`: the engine object to use (tests inject one); by default
+        the registry's engine named by `opts.engine`."""
         self.opts = opts
         self.progress = progress
         self.cancel = cancel or CancelToken()
@@ -148,7 +151,7 @@ class Triage:
         self.framework: Optional[dict] = None  # torch front end: golden data, cross-check, pitfalls
         self.arbiter: Optional[dict] = None
         self._torch = None  # frontends.torch.step.TorchPrepared
-        self._engine = None
+        self._engine = engine
 
     @property
     def max_memory(self) -> int:
@@ -543,7 +546,6 @@ class Triage:
         """The JSON contract of `check` (documented in docs/check.md)."""
         assert self.info and self.session and self.inputs and self.baseline
         verdict = self.verdict()
-        from bisect_tui.engines import get_engine
 
         out = {
             "verdict": verdict,
@@ -570,7 +572,7 @@ class Triage:
             "sensitivity": self.fused.get("sensitivity") if self.fused else None,
             "engine_error": self.fused.get("error") if self.fused else None,
             **({"precision_used": self.fused["precision_used"]} if (self.fused or {}).get("precision_used") else {}),
-            "versions": {**versions(), **get_engine(self.opts.engine).versions()},
+            "versions": {**versions(), **self.engine.versions()},
             "framework": self.framework,
             "arbiter": self.arbiter,
         }
