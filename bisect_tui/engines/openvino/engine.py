@@ -266,7 +266,7 @@ class OvBuilt:
 
     def _onnx(self):
         if self._original is None:
-            from bisect_tui.engines.ort import _ensure_named, _load
+            from bisect_tui.core.onnx_files import ensure_named as _ensure_named, load_model as _load
 
             self._original = _ensure_named(_load(self.source_path, load_external=False))
         return self._original
@@ -324,7 +324,7 @@ class OvObserver:
     tensor group; tensors whose marking would change the runtime graph are left out."""
 
     def __init__(self, model_path: Path, config: EngineConfig, layers: list[dict]):
-        from bisect_tui.engines.ort import _ensure_named, _load
+        from bisect_tui.core.onnx_files import ensure_named as _ensure_named, load_model as _load
 
         self.model_path = Path(model_path)
         self.config = config

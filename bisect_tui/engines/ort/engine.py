@@ -21,16 +21,12 @@ onnxruntime is imported inside functions so that importing this module (and
 
 from __future__ import annotations
 
-import functools
-import glob
 import hashlib
 import json
 import os
-import re
 import tempfile
 import uuid
 import weakref
-from collections import Counter
 from pathlib import Path
 from typing import Collection, Iterable, Optional
 
@@ -38,14 +34,7 @@ import numpy as np
 import onnx
 
 from bisect_tui.core.errors import EngineBuildError, EngineRunError, EnvironmentFault, UserError
-from bisect_tui.core.graph import (
-    GraphIndex,
-    mark_outputs,
-    name_nodes,
-    node_inputs,
-    tensor_types,
-    toposort,
-)
+from bisect_tui.core.graph import mark_outputs, tensor_types
 from bisect_tui.engines.base import (
     LEVELS,
     EngineConfig,
@@ -56,60 +45,28 @@ from bisect_tui.engines.base import (
 
 from bisect_tui.engines.ort import CAPABILITIES, OPTIONS, ORT_PRECISIONS, PROVIDER_NAMES  # noqa: E402
 
-# Words ORT's optimizer names end with. Both the native-library scan and the
-# node-name tag parser use them, so a name is "optimizer-like" in one place only.
-_OPT_SUFFIXES = (
-    "Fusion",
-    "Elimination",
-    "Transformer",
-    "Approximation",
-    "Rewrite",
-    "Folding",
-    "Optimizer",
+from bisect_tui.core.onnx_files import (  # noqa: F401  (the old private names, kept for callers)
+    ensure_named as _ensure_named,
+    existing_tensors as _existing_tensors,
+    file_hash as _file_hash,
+    first_line as _first_line,
+    load_model as _load,
+    model_size_estimate as _model_size_estimate,
+    tensor_bytes as _tensor_bytes,
+    uses_external_data as _uses_external_data,
+    uses_external_data_file as _uses_external_data_file,
 )
-# FusionL1/FusionL2 (level-suffixed names since ~1.20) are covered by the optional L<digit>.
-_OPT_NAME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_]*(?:" + "|".join(_OPT_SUFFIXES) + r")(?:L[0-9])?$")
-# GenerateNodeName appends `_token_<N>` when a generated name collides.
-_TOKEN_SUFFIX_RE = re.compile(r"_token_[0-9]+$")
-
-# Names that are infrastructure (base classes, bare suffixes), not optimizers a
-# user can disable. Kept out so they never look like valid disable targets.
-_NOT_OPTIMIZERS = frozenset(
-    {
-        "GraphTransformer",
-        "RuleBasedGraphTransformer",
-        "SelectorActionTransformer",
-        "GenerateRuleBasedGraphTransformer",
-        "FusionL1",
-        "FusionL2",
-        *_OPT_SUFFIXES,
-    }
-)
-
-# Prefixes ORT puts in front of a tensor name when it makes a copy of the same
-# values in another precision (the CPU provider runs most fp16 ops in fp32 and
-# inserts casts: `InsertedCast_` up to ~1.2x, `InsertedPrecisionFreeCast_`
-# later; constant casts are folded into `FusedBack_` initializers). Such a
-# tensor *is* the original tensor for the map.
-_ALIAS_PREFIXES = ("InsertedPrecisionFreeCast_", "InsertedCast_", "FusedBack_")
-
-# Ops that only move/relabel data. When one of them ends a cluster of
-# optimizer-made nodes (e.g. Reshape -> Gemm -> Reshape from MatMulAddFusion on
-# 3-D inputs) the compute node in the cluster is what the user should see as
-# "the fused node", so it inherits the cluster's original nodes.
-_LAYOUT_OPS = frozenset(
-    {
-        "Cast",
-        "CastLike",
-        "Reshape",
-        "Transpose",
-        "Squeeze",
-        "Unsqueeze",
-        "Identity",
-        "Flatten",
-        "ReorderInput",
-        "ReorderOutput",
-    }
+from bisect_tui.core.onnx_files import save_model as _save_any
+from bisect_tui.engines.ort.fusedmap import fused_node_map  # noqa: F401
+from bisect_tui.engines.ort.passes import (  # noqa: F401
+    confirm_optimizer_effect,
+    known_config_keys,
+    known_optimizers,
+    modifying_passes,
+    optimizer_tags,
+    unknown_config_keys,
+    unknown_optimizers,
+    versions,
 )
 
 _LEVEL_NAMES = {
@@ -129,453 +86,8 @@ def _threshold() -> int:
     return pkg._EXTERNAL_DATA_THRESHOLD
 
 
-# --------------------------------------------------------------------------- names
-
-
-def optimizer_tags(node_name: str, known: Collection[str]) -> list[str]:
-    """Optimizer names ORT wrote into a fused node's name.
-
-    Newer releases name a fused node `<original>/<Optimizer>/...`, e.g.
-    `mm1/MatMulAddFusion/GemmTransposeFusion/` -> ["MatMulAddFusion",
-    "GemmTransposeFusion"]. A component counts when it is a known optimizer or
-    looks like one (the tag can differ from the disable name: the tag says
-    `LayerNormFusion` while 1.32 disables it as `LayerNormFusionL1`). Names are
-    kept as written (no L1/L2 stripping); a `_token_<N>` collision suffix is
-    dropped. Order of first appearance, no duplicates."""
-    tags: list[str] = []
-    for comp in node_name.split("/"):
-        comp = _TOKEN_SUFFIX_RE.sub("", comp)
-        if not comp or comp in tags:
-            continue
-        if comp in known or _OPT_NAME_RE.match(comp):
-            tags.append(comp)
-    return tags
-
-
-def _scan_library(data: bytes, found: set[str]) -> None:
-    """Collect optimizer-like identifiers from one native library image.
-
-    Three sources, because none alone is complete: null-terminated C strings
-    ending in an optimizer suffix (the name literals; a literal can be
-    tail-merged by the linker, e.g. `MatMulAddFusion` lives inside
-    `/MatMulAddFusion\\0`, which the backward walk still finds), rewrite-rule
-    names (`EliminateIdentity`, `FuseReluClip`), and RTTI class names
-    (`N11onnxruntime20ConvActivationFusionE`) for names the compiler never
-    stored as a C string."""
-    ident = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_")
-    suffix_re = re.compile(
-        rb"(?:Fusion(?:L[0-9])?|Elimination|Transformer|Approximation|Rewrite|Folding|Optimizer)\x00"
-    )
-    for m in suffix_re.finditer(data):
-        end = m.end() - 1
-        i = m.start()
-        while i > 0 and data[i - 1] in ident and m.start() - i < 120:
-            i -= 1
-        found.add(data[i:end].decode("ascii"))
-    for m in re.finditer(rb"\x00((?:Eliminate|Fuse)[A-Z][A-Za-z0-9_]{2,80})\x00", data):
-        found.add(m.group(1).decode("ascii"))
-    for m in re.finditer(rb"11onnxruntime([0-9]{1,3})([A-Za-z][A-Za-z0-9_]*)E", data):
-        n = int(m.group(1))
-        name = m.group(2)[:n].decode("ascii")
-        if len(name) == n and _OPT_NAME_RE.match(name):
-            found.add(name)
-
-
-def _native_libraries() -> list[Path]:
-    """The ORT native libraries shipped in the installed wheel."""
-    import onnxruntime
-
-    capi = Path(onnxruntime.__file__).parent / "capi"
-    paths: list[Path] = []
-    for pattern in (
-        "onnxruntime_pybind11_state*.so",
-        "onnxruntime_pybind11_state*.pyd",
-        "libonnxruntime*.so*",
-        "libonnxruntime*.dylib",
-        "onnxruntime.dll",
-    ):
-        paths.extend(Path(p) for p in glob.glob(str(capi / pattern)))
-    # provider plugins (CUDA, TensorRT) register no graph transformers of their
-    # own that a user disables by name; skip them (they are hundreds of MB).
-    return sorted({p for p in paths if "providers" not in p.name})
-
-
-def _scan_cache_key(libs: list[Path]) -> str:
-    parts = []
-    for p in libs:
-        try:
-            st = p.stat()
-            parts.append(f"{p}:{st.st_size}:{st.st_mtime_ns}")
-        except OSError:
-            parts.append(str(p))
-    return hashlib.sha1("|".join(parts).encode()).hexdigest()[:16]
-
-
-def _scan_cache_path(libs: list[Path]) -> Path:
-    from bisect_tui.core.session import state_home
-
-    return state_home() / f"ort-optimizers-{_scan_cache_key(libs)}.json"
-
-
-def _read_scan_cache(libs: list[Path]) -> Optional[set[str]]:
-    try:
-        return set(json.loads(_scan_cache_path(libs).read_text()))
-    except (OSError, ValueError, TypeError):
-        return None
-
-
-def _write_scan_cache(libs: list[Path], names: set[str]) -> None:
-    try:
-        from bisect_tui.core import atomic
-
-        atomic.write_json(_scan_cache_path(libs), sorted(names))
-    except OSError:
-        pass  # a cache only; the scan result is used either way
-
-
-@functools.lru_cache(maxsize=1)
-def known_optimizers() -> frozenset[str]:
-    """Optimizer names the INSTALLED onnxruntime knows, learnt from its binary.
-
-    This is a superset check: every name ORT accepts in `disabled_optimizers`
-    appears in the library, but so may a few strings that are not (tags,
-    helper class names). It is good for warning about typos and about names
-    from another release; `confirm_optimizer_effect` is the real proof that
-    disabling a name changes the engine. Cached in memory and on disk (keyed by
-    the libraries' paths, sizes and mtimes): a scan takes a few tenths of a second."""
-    libs = _native_libraries()
-    found = _read_scan_cache(libs)
-    if found is None:
-        found = set()
-        for path in libs:
-            try:
-                data = path.read_bytes()
-            except OSError:
-                continue
-            _scan_library(data, found)
-        _write_scan_cache(libs, found)
-    if "_RuleBasedTransformer" in found:
-        # the rule containers are named "Level<N>_RuleBasedTransformer" at runtime
-        found.update(f"Level{k}_RuleBasedTransformer" for k in (1, 2, 3))
-    return frozenset(
-        n for n in found if n and not n.startswith("_") and n not in _NOT_OPTIMIZERS
-    )
-
-
-@functools.lru_cache(maxsize=1)
-def known_config_keys() -> frozenset[str]:
-    """Session config keys the INSTALLED onnxruntime knows, read from its binary.
-
-    ORT accepts any key in `add_session_config_entry` and ignores the ones it
-    does not know, so a misspelt key silently gives a PASS. The key literals
-    (`session.*`, `optimization.*`, `mlas.*`, `ep.*`...) sit as C strings in the
-    native library; a key ending in "." is a prefix family (`ep.cuda.`)."""
-    rx = re.compile(rb"(?<=\x00)((?:session|optimization|mlas|ep|kernel|memory|arena)\.[a-z0-9_.]{2,160})(?=\x00)")
-    found: set[str] = set()
-    for path in _native_libraries():
-        try:
-            data = path.read_bytes()
-        except OSError:
-            continue
-        found.update(m.group(1).decode("ascii") for m in rx.finditer(data))
-    return frozenset(found)
-
-
-def unknown_config_keys(keys: Iterable[str]) -> list[str]:
-    """Keys the installed ORT does not know (empty when the scan found nothing: then it cannot tell)."""
-    known = known_config_keys()
-    if not known:
-        return []
-    prefixes = tuple(k for k in known if k.endswith("."))
-    return [k for k in keys if k not in known and not k.startswith(prefixes)]
-
-
-def unknown_optimizers(names: Iterable[str]) -> list[str]:
-    """Names the installed ORT does not know (it would silently ignore them)."""
-    known = known_optimizers()
-    return [n for n in names if n not in known]
-
-
-def versions() -> dict[str, str]:
-    """Versions recorded in every session so a report says what produced it."""
-    import onnxruntime
-
-    return {
-        "onnxruntime": onnxruntime.__version__,
-        "onnx": onnx.__version__,
-        "numpy": np.__version__,
-        "providers": ",".join(onnxruntime.get_available_providers()),
-    }
-
-
-# --------------------------------------------------------------------------- map
-
-
-def _ensure_named(model: onnx.ModelProto) -> onnx.ModelProto:
-    """GraphIndex keys nodes by name; give a copy unique names if needed."""
-    names = [n.name for n in model.graph.node]
-    if all(names) and len(set(names)) == len(names):
-        return model
-    m = onnx.ModelProto()
-    m.CopyFrom(model)
-    name_nodes(m)
-    return m
-
-
-def fused_node_map(
-    original: onnx.ModelProto,
-    optimized: onnx.ModelProto,
-    known_optimizers: Collection[str],
-) -> list[FusedNode]:
-    """Map every node of ORT's optimized graph to the original nodes it replaced.
-
-    Mapping is by tensor names because ORT keeps the output tensor names of the
-    last original node of a fused pattern and takes the pattern's external
-    inputs. For an optimized node N:
-
-    * its *boundary* is its inputs, where an input that does not exist in the
-      original graph (an optimizer-made tensor such as `reorder_token_*`,
-      `*_reshape_arg`, fp16 cast outputs) is resolved by walking back through
-      the optimized graph's producers until original tensors are reached;
-    * its original nodes are those reached walking back in the ORIGINAL graph
-      from N's output tensors that exist there, stopping at the boundary
-      (initializers and graph inputs are never nodes).
-
-    A node whose outputs are all new tensors is glue and gets [] - its work is
-    counted by the consumer that exposes an original tensor. One refinement:
-    when that consumer is a pure layout op (Reshape/Cast/...) and the glue
-    walked through contains a compute node (the Gemm of a Reshape-Gemm-Reshape
-    MatMulAddFusion, the real op behind an fp16 output Cast), the compute node
-    takes the original nodes, so the user sees "Gemm covers MatMul+Add".
-
-    Tensors renamed by ORT's fp16 handling (`InsertedPrecisionFreeCast_X`,
-    `InsertedCast_X`, `FusedBack_X`) stand for X, and so do renamed outputs of
-    a node that kept its name, op and domain. Result is in the optimized graph's topological
-    order."""
-    original = _ensure_named(original)
-    oidx = GraphIndex.build(original)
-    og = original.graph
-    orig_tensors = set(oidx.producer) | {i.name for i in og.input} | oidx.initializers
-    orig_names = set(oidx.by_name)
-
-    g = optimized.graph
-    # A node ORT left as it was keeps its name, op and domain; if its outputs
-    # were renamed anyway (cast insertion with a prefix this code doesn't know)
-    # they are still that node's original outputs.
-    survivor_alias: dict[str, str] = {}
-    # The fp16 converter (keep_io_types) ends each graph output with a Cast back
-    # to float32; what feeds that Cast holds the graph output's values. This
-    # wins over the name rule below: a node that kept its name may have been
-    # rewired to produce another node's output (ConvBNFusion keeps the Conv and
-    # gives it the BatchNormalization's output).
-    graph_outs = set(oidx.graph_outputs)
-    for n in g.node:
-        if (n.op_type == "Cast" and len(n.output) == 1 and n.output[0] in graph_outs and n.input
-                and n.input[0] and n.input[0] not in orig_tensors):
-            survivor_alias[n.input[0]] = n.output[0]
-    for n in g.node:
-        o = oidx.by_name.get(n.name)
-        if o is None or o.op_type != n.op_type or o.domain != n.domain or len(o.output) != len(n.output):
-            continue
-        for new_t, old_t in zip(n.output, o.output):
-            if new_t and old_t and new_t not in orig_tensors:
-                survivor_alias.setdefault(new_t, old_t)
-
-    # NchwcTransformer names each blocked-layout node `<original output>_nchwc`;
-    # its (new) output holds that original tensor's values in NCHWc layout.
-    # Without this the whole convolution trunk between ReorderInput and
-    # ReorderOutput would collapse into one "fused node" at level "all".
-    for n in g.node:
-        if n.domain != "com.microsoft.nchwc" or len([o for o in n.output if o]) != 1:
-            continue
-        base = _TOKEN_SUFFIX_RE.sub("", n.name)
-        for prefix in _ALIAS_PREFIXES:
-            if base.startswith(prefix):
-                base = base[len(prefix):]
-        if base.endswith("_nchwc") and base[: -len("_nchwc")] in oidx.producer:
-            out = n.output[0]
-            if out not in orig_tensors:
-                survivor_alias.setdefault(out, base[: -len("_nchwc")])
-
-    def canon(t: str) -> Optional[str]:
-        if t in orig_tensors:
-            return t
-        for prefix in _ALIAS_PREFIXES:
-            if t.startswith(prefix) and t[len(prefix):] in orig_tensors:
-                return t[len(prefix):]
-        return survivor_alias.get(t)
-
-    available = {i.name for i in g.input} | {i.name for i in g.initializer} | {
-        i.values.name for i in g.sparse_initializer
-    }
-    nodes = toposort(list(g.node), available)
-    producer: dict[str, int] = {}
-    for k, n in enumerate(nodes):
-        for o in n.output:
-            if o:
-                producer[o] = k
-
-    # tensor -> (original boundary tensors, indices of glue nodes walked through)
-    memo: dict[str, tuple[frozenset[str], frozenset[int]]] = {}
-
-    def resolve(tensor: str) -> tuple[frozenset[str], frozenset[int]]:
-        if tensor in memo:
-            return memo[tensor]
-        # iterative post-order walk: optimized graphs can be deep
-        stack: list[tuple[str, bool]] = [(tensor, False)]
-        on_stack: set[str] = set()
-        while stack:
-            t, expanded = stack.pop()
-            if t in memo:
-                continue
-            c = canon(t)
-            if c is not None:
-                memo[t] = (frozenset({c}), frozenset())
-                continue
-            k = producer.get(t)
-            if k is None:  # a new initializer / input: no original twin, no work
-                memo[t] = (frozenset(), frozenset())
-                continue
-            ins = node_inputs(nodes[k])
-            if not expanded:
-                if t in on_stack:  # cycle guard (invalid graph); treat as a dead end
-                    memo[t] = (frozenset(), frozenset({k}))
-                    continue
-                on_stack.add(t)
-                stack.append((t, True))
-                stack.extend((i, False) for i in ins if i not in memo)
-                continue
-            bound: set[str] = set()
-            glue: set[int] = {k}
-            for i in ins:
-                b, gl = memo.get(i, (frozenset(), frozenset()))
-                bound |= b
-                glue |= gl
-            memo[t] = (frozenset(bound), frozenset(glue))
-        return memo[tensor]
-
-    originals: dict[int, set[str]] = {}
-    extra_tags: dict[int, list[str]] = {}
-
-    def tags_of(n: onnx.NodeProto) -> list[str]:
-        if n.name in orig_names:  # an original node left as it was
-            return []
-        name = n.name
-        # don't read tags out of the original node name the fused one starts with
-        head = name
-        while "/" in head:
-            head = head.rsplit("/", 1)[0]
-            if head in orig_names:
-                name = name[len(head):]
-                break
-        return optimizer_tags(name, known_optimizers)
-
-    for k, n in enumerate(nodes):
-        outs = [c for c in (canon(o) for o in n.output if o) if c is not None]
-        outs = [c for c in outs if c in oidx.producer]
-        if not outs:
-            continue
-        boundary: set[str] = set()
-        glue: set[int] = set()
-        for i in node_inputs(n):
-            b, gl = resolve(i)
-            boundary |= b
-            glue |= gl
-        covered = oidx.ancestors_within(outs, boundary)
-        if not covered:
-            continue
-        rep = k
-        if n.op_type in _LAYOUT_OPS and covered != [n.name]:
-            compute = [j for j in glue if nodes[j].op_type not in _LAYOUT_OPS]
-            if compute:
-                rep = max(compute)
-                extra_tags.setdefault(rep, []).extend(tags_of(n))
-        originals.setdefault(rep, set()).update(covered)
-
-    result: list[FusedNode] = []
-    for k, n in enumerate(nodes):
-        tags = tags_of(n)
-        for t in extra_tags.get(k, []):
-            if t not in tags:
-                tags.append(t)
-        result.append(
-            FusedNode(
-                name=n.name,
-                op_type=n.op_type,
-                domain=n.domain,
-                inputs=list(n.input),
-                outputs=list(n.output),
-                original_nodes=sorted(originals.get(k, ()), key=oidx.order.__getitem__),
-                optimizers=tags,
-            )
-        )
-    return result
-
-
-# --------------------------------------------------------------------------- build helpers
-
-
-@functools.lru_cache(maxsize=64)
-def _file_hash_cached(path: str, size: int, mtime_ns: int) -> str:
-    h = hashlib.sha1()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 22), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
-def _file_hash(path: Path) -> str:
-    """Content hash of a model file (cached per path/size/mtime: models are big)."""
-    st = path.stat()
-    return _file_hash_cached(str(path.resolve()), st.st_size, st.st_mtime_ns)
-
-
-def _tensor_bytes(t: onnx.TensorProto) -> int:
-    if t.raw_data:
-        return len(t.raw_data)
-    n = 1
-    for d in t.dims:
-        n *= d
-    return n * 8  # upper bound for typed fields
-
-
-def _model_size_estimate(model: onnx.ModelProto) -> int:
-    """Bytes the serialized model would take, without serializing (which fails >2 GiB)."""
-    total = sum(_tensor_bytes(t) for t in model.graph.initializer)
-    for n in model.graph.node:
-        for a in n.attribute:
-            if a.HasField("t"):
-                total += _tensor_bytes(a.t)
-    return total + 1_000_000
-
-
-def _uses_external_data(model: onnx.ModelProto) -> bool:
-    return any(t.data_location == onnx.TensorProto.EXTERNAL for t in model.graph.initializer)
-
-
 def _save_model(model: onnx.ModelProto, path: Path) -> None:
-    """Write a model for ORT; with external data when it would not fit in protobuf.
-
-    The .onnx is written under a temporary name and renamed, so a concurrent
-    reader never sees half a file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")
-    try:
-        if _model_size_estimate(model) > _threshold():
-            onnx.save_model(
-                model,
-                str(tmp),
-                save_as_external_data=True,
-                all_tensors_to_one_file=True,
-                location=path.name + ".data",
-                size_threshold=1024,
-            )
-        else:
-            tmp.write_bytes(model.SerializeToString())
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
+    _save_any(model, path, _threshold())
 
 
 def _ort_errors() -> tuple[type[BaseException], ...]:
@@ -590,26 +102,12 @@ def _ort_errors() -> tuple[type[BaseException], ...]:
     return tuple(classes)
 
 
-def _first_line(e: BaseException) -> str:
-    text = str(e).strip() or type(e).__name__
-    return text.splitlines()[0]
-
-
 def _build_error(e: BaseException) -> EngineBuildError:
     return EngineBuildError(f"ONNX Runtime could not build the fused engine: {_first_line(e)}", _first_line(e))
 
 
 def _run_error(e: BaseException) -> EngineRunError:
     return EngineRunError(f"ONNX Runtime failed running the fused engine: {_first_line(e)}", _first_line(e))
-
-
-def _load(path: Path, load_external: bool = True) -> onnx.ModelProto:
-    try:
-        return onnx.load(str(path), load_external_data=load_external)
-    except FileNotFoundError:
-        raise UserError(f"model file not found: {path}") from None
-    except Exception as e:  # DecodeError and friends: not an ONNX file
-        raise UserError(f"could not read ONNX model {path}: {_first_line(e)}") from None
 
 
 def _validate(config: EngineConfig) -> None:
@@ -652,13 +150,6 @@ def _fp16_model_path(model_path: Path, workdir: Path, keep_fp32: Collection[str]
         raise EngineBuildError(f"could not convert the model to fp16: {_first_line(e)}", _first_line(e)) from None
     _save_model(converted, cached)
     return cached
-
-
-def _existing_tensors(model: onnx.ModelProto) -> set[str]:
-    g = model.graph
-    names = {o for n in g.node for o in n.output if o}
-    names |= {i.name for i in g.input} | {i.name for i in g.initializer}
-    return names
 
 
 # --------------------------------------------------------------------------- engine
@@ -984,113 +475,6 @@ class OrtEngine:
         workdir: Optional[Path] = None,
     ) -> dict[str, bool]:
         return confirm_optimizer_effect(model_path, config, optimizer_names, workdir)
-
-
-_STDERR_LOCK = __import__("threading").Lock()
-_MODIFIED_RE = re.compile(r"GraphTransformer (\S+) modified: 1")
-
-
-def modifying_passes(model_path: Path, config: EngineConfig) -> Optional[list[str]]:
-    """Names of the graph transformers ORT's own log says modified this model
-    (session log at INFO: "GraphTransformer X modified: 1"), in log order.
-
-    The log goes to the process's stderr from native code, so fd 2 is pointed
-    at a temp file for the session creation (under a lock). Rewrite rules run
-    inside `Level<N>_RuleBasedTransformer` and are logged under that name.
-    None when the log could not be read (never a reason to fail)."""
-    import onnxruntime as ort
-
-    model_path = Path(model_path)
-    with tempfile.TemporaryDirectory(prefix="bisect_tui_log_") as d:
-        base = (_fp16_model_path(model_path, Path(d), config.keep_fp32)
-                if config.precision == "fp16" else model_path)
-        so = ort.SessionOptions()
-        so.graph_optimization_level = getattr(ort.GraphOptimizationLevel, _LEVEL_NAMES[config.level])
-        so.log_severity_level = 1
-        for k, v in config.config_entries:
-            so.add_session_config_entry(str(k), str(v))
-        log = Path(d) / "ort.log"
-        with _STDERR_LOCK:
-            try:
-                import sys
-
-                sys.stderr.flush()
-                fd = os.open(log, os.O_WRONLY | os.O_CREAT, 0o600)
-                saved = os.dup(2)
-            except OSError:
-                return None
-            try:
-                os.dup2(fd, 2)
-                try:
-                    ort.InferenceSession(str(base), so, providers=list(config.providers),
-                                         disabled_optimizers=list(config.disabled_optimizers))
-                except _ort_errors():
-                    pass  # the log up to the failure still says what ran
-            finally:
-                os.dup2(saved, 2)
-                os.close(saved)
-                os.close(fd)
-        try:
-            text = log.read_text(errors="replace")
-        except OSError:
-            return None
-    return list(dict.fromkeys(_MODIFIED_RE.findall(text)))
-
-
-def _uses_external_data_file(path: Path) -> bool:
-    """Whether the model file at `path` keeps its weights outside (then so must the optimized one)."""
-    try:
-        return _uses_external_data(onnx.load(str(path), load_external_data=False))
-    except Exception:
-        return False
-
-
-def _graph_signature(path: Path) -> Counter:
-    m = onnx.load(str(path), load_external_data=False)
-    return Counter((n.domain, n.op_type, n.name) for n in m.graph.node)
-
-
-def confirm_optimizer_effect(
-    model_path: Path,
-    config: EngineConfig,
-    optimizer_names: Iterable[str],
-    workdir: Optional[Path] = None,
-) -> dict[str, bool]:
-    """For each name: does disabling it change ORT's optimized graph?
-
-    ORT ignores unknown names silently, so a name from another release (or a
-    typo) would make a "workaround" that changes nothing. This is the proof:
-    build once with the name enabled and once disabled (everything else as in
-    `config`) and compare the multiset of optimized nodes (domain, op_type,
-    name). A name already disabled in `config` is tested the same way, by
-    comparing against `config` without it."""
-    engine = OrtEngine()
-    own_tmp: Optional[tempfile.TemporaryDirectory] = None
-    if workdir is None:
-        own_tmp = tempfile.TemporaryDirectory(prefix="bisect_tui_confirm_")
-        workdir = Path(own_tmp.name)
-    sigs: dict[EngineConfig, Counter] = {}
-
-    def signature(cfg: EngineConfig) -> Counter:
-        if cfg not in sigs:
-            built = engine.build(model_path, cfg, (), workdir)
-            try:
-                assert built.optimized_model_path is not None
-                sigs[cfg] = _graph_signature(built.optimized_model_path)
-            finally:
-                built.close()
-        return sigs[cfg]
-
-    result: dict[str, bool] = {}
-    try:
-        for name in dict.fromkeys(optimizer_names):
-            rest = tuple(sorted(set(config.disabled_optimizers) - {name}))
-            base = EngineConfig(config.level, config.precision, config.config_entries, rest, config.providers)
-            result[name] = signature(base) != signature(base.with_disabled([name]))
-    finally:
-        if own_tmp is not None:
-            own_tmp.cleanup()
-    return result
 
 
 __all__ = [
