@@ -207,7 +207,11 @@ class SettingsScreen(ModalScreen[Optional[TriageOptions]]):
         )
         spec = ToleranceSpec(default=tol.default, overrides=self.options.tolerance.overrides)
         config = EngineConfig(level=level, precision=precision, config_entries=entries,
-                              disabled_optimizers=disabled, providers=self.options.config.providers)
+                              disabled_optimizers=disabled, providers=self.options.config.providers,
+                              options=self.options.config.options)
+        from bisect_tui.engines import get_engine
+
+        get_engine(self.options.engine).validate(config)  # what the installed engine would ignore
         return dataclasses.replace(self.options, config=config, tolerance=spec)
 
     def apply(self) -> None:
