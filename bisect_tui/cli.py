@@ -111,6 +111,12 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--max-builds", type=int, default=200, help="stop after this many engine builds")
     b.add_argument("--max-culprits", type=int, default=5,
                    help="stop after this many culprits (default 5; many usually means amplified rounding)")
+    b.add_argument("--workers", type=_positive_int, default=None, metavar="N",
+                   help="engine builds at once, in worker processes (default: one per core, at most 8); "
+                        "the result and the build count do not depend on it")
+    b.add_argument("--fanout", type=_positive_int, default=1, metavar="K",
+                   help="candidates the search builds per round (default 1: binary search; K > 1: "
+                        "K split points per round, fewer rounds for more builds, for K workers)")
     tu = sub.add_parser("tui", help="open the app on a model")
     _add_model_options(tu)
     r = sub.add_parser("resume", help="reopen a session directory in the app where it stopped")
@@ -119,6 +125,16 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("-q", "--quiet", action="store_true", help="no progress output (with --headless)")
     compare_cli.add_parser(sub)
     return p
+
+
+def _positive_int(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"expected 1 or more, got {n}")
+    return n
 
 
 def _kv_list(items: Sequence[str], flag: str) -> tuple[tuple[str, str], ...]:

@@ -161,6 +161,8 @@ def attribute(bisector, units: list[Unit], subgraph=None) -> dict:
 
 def _confirm(bisector, units: list[Unit], cands: list[str], known) -> tuple[list[str], list[dict]]:
     confirmed, rows = [], []
+    # independent rebuilds, one per name: one round, spread over the workers
+    bisector.prefetch_maps([bisector.config.with_disabled([name]) for name in cands])
     for name in cands:
         bisector.t.cancel.check()
         # a step of the search: shared by every culprit and by the workaround, reused on resume

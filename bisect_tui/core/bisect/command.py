@@ -60,8 +60,12 @@ def run_bisect_command(args, opts) -> int:
             progress.close()
             print(term(check_text(summary), keep_newlines=True))
             return summary["exit_code"]
+        from bisect_tui.core.bisect.pool import default_workers
+
+        workers = getattr(args, "workers", None) or default_workers()
         result = run_bisection(triage, max_builds=getattr(args, "max_builds", 200),
-                               max_culprits=getattr(args, "max_culprits", 5))
+                               max_culprits=getattr(args, "max_culprits", 5),
+                               workers=workers, fanout=getattr(args, "fanout", 1) or 1)
     finally:
         progress.close()
     report = getattr(args, "report", None)

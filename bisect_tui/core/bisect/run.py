@@ -67,7 +67,8 @@ def _culprits_of(triage, bis, search: dict, layer: int, exposed_by: list[str], f
     return culprits, groups, attributions
 
 
-def run_bisection(triage, max_builds: int = 200, config=None, max_culprits: int = 5) -> dict:
+def run_bisection(triage, max_builds: int = 200, config=None, max_culprits: int = 5,
+                  workers: int = 1, fanout: int = 1) -> dict:
     """Run (or resume) the bisection; writes bisect/result.json and returns it.
 
     A fixpoint: after each round's culprits are attributed, the full engine is
@@ -78,16 +79,23 @@ def run_bisection(triage, max_builds: int = 200, config=None, max_culprits: int 
     if triage.fused is None:
         triage.run_fused()
     triage.session.mark_step("bisect", "running")
-    bis = Bisector(triage, config, max_builds, max_culprits)
+    from bisect_tui.core.bisect.pool import pool_for
+
+    pool = pool_for(triage, workers)
+    pool.start()  # worker imports overlap the first builds, which run here
+    bis = Bisector(triage, config, max_builds, max_culprits, fanout=fanout, pool=pool)
 
     def probe(optimized: str, units: list[Unit]) -> dict:
         return run_probe(triage, optimized, units)
 
     try:
-        return _run(triage, bis, probe, max_builds, max_culprits)
+        result = _run(triage, bis, probe, max_builds, max_culprits)
     except Cancelled:
         triage.session.mark_step("bisect", "cancelled", steps=len(bis.steps))
         raise
+    finally:
+        pool.close()
+    return result
 
 
 def _run(triage, bis, probe, max_builds: int, max_culprits: int) -> dict:
@@ -118,7 +126,7 @@ def _run(triage, bis, probe, max_builds: int, max_culprits: int) -> dict:
             triage.progress(Progress("bisect", f"fixpoint round {layer}: the engine still fails with "
                                      f"{', '.join(disabled)} disabled; searching again"))
             used = bis.builds + extra_builds
-            sub = Bisector(triage, cfg, max(max_builds - used, 1), max_culprits)
+            sub = Bisector(triage, cfg, max(max_builds - used, 1), max_culprits, fanout=bis.fanout, pool=bis.pool)
             sub._seed_from_check = None
             sub.adopt_full_engine(step)
             s2 = sub.run(probe)
@@ -203,6 +211,7 @@ def _run(triage, bis, probe, max_builds: int, max_culprits: int) -> dict:
         "precision": precision,
         "steps": steps,
         "engine_builds": bis.builds + extra_builds,
+        "parallel": {"workers": bis.pool.workers, "fanout": bis.fanout},
         "untrusted_steps": bis.untrusted_steps,  # recorded steps whose digest failed: recomputed
         "finished": now_iso(),
         "tolerance": triage.opts.tolerance.to_dict(),

@@ -69,12 +69,26 @@ class Step:
     # fused nodes the engine kept although a tensor inside them was marked
     # (engines whose marking does not always block; None when not asked)
     unblocked: Optional[list[str]] = None
+    worker: Optional[str] = None  # which process built it: "main" or "w<pid>"
+    round_size: Optional[int] = None  # builds of the round it was built in, when more than one
 
     def to_dict(self) -> dict:
         d = dict(self.__dict__)
-        if d.get("unblocked") is None:
-            d.pop("unblocked", None)
+        for k in ("unblocked", "worker", "round_size"):
+            if d.get(k) is None:
+                d.pop(k, None)
         return d
+
+
+@dataclass
+class Candidate:
+    """One build a search round asks for (see `Bisector.evaluate`)."""
+
+    kind: str
+    enabled: Optional[list[Unit]]
+    config: Optional[EngineConfig] = None
+    held: Optional[list[Unit]] = None
+    marks: Optional[list[str]] = None
 
 
 @dataclass
@@ -89,14 +103,23 @@ class Bisector:
     """Runs the search for one Triage (baseline done) and one engine config."""
 
     def __init__(self, triage, config: Optional[EngineConfig] = None, max_builds: int = 200,
-                 max_culprits: int = 5, local_factor: float = 10.0):
+                 max_culprits: int = 5, local_factor: float = 10.0, fanout: int = 1, pool=None):
+        """`fanout`: candidates per round of the prefix search (1: binary search;
+        k: k split points per round, about log_(k+1) n rounds of k builds). It is
+        the strategy, so it alone decides the builds; `pool` only decides how many
+        run at once (default: one at a time, in this process)."""
+        from bisect_tui.core.bisect.pool import pool_for
+
         self.local_factor = local_factor
+        self.fanout = max(1, int(fanout))
+        self.round_seconds: list[float] = []
         self.t = triage
         self.config = config or triage.opts.config
         self.max_builds = max_builds
         self.max_culprits = max_culprits
         self.session = triage.session
         self.engine = triage.engine
+        self.pool = pool if pool is not None else pool_for(triage, 1)
         self.dir = self.session.bisect_dir
         self.dir.mkdir(parents=True, exist_ok=True)
         self.steps: list[Step] = []
@@ -171,88 +194,121 @@ class Bisector:
         """Build the engine with only `enabled` units free to fuse and judge it.
 
         enabled=None means no marking at all (the plain engine)."""
-        config = config or self.config
-        if marks is None:
-            if enabled is None:
-                marks = []
-            else:
-                held_t = [t for u in (held or []) for t in u.interior]
-                marks = marks_for(enabled, self._all_tensors, held_t)
-        digest = hashlib.sha1("\n".join(sorted(marks)).encode()).hexdigest()
-        key = stable_key(self.search_key, config.to_dict(), digest)
-        region = "whole graph" if enabled is None else region_text(enabled)
-        ids = [] if enabled is None else [u.index for u in enabled]
-        cached = self._cache.get(key)
-        done = next((st for st in self.steps if st.key == key), None)
-        if done is not None:  # asked twice in this run (e.g. attribution, then workaround)
-            return done
-        if cached is not None:
-            known = {k: v for k, v in cached.items() if k in Step.__dataclass_fields__}
-            step = Step(**{**known, "n": len(self.steps) + 1, "kind": kind, "region": region,
-                           "enabled": ids, "cached": True, "builds": self.builds})
-            self.steps.append(step)
-            self._report(step)
-            return step
-        self.t.cancel.check()
-        if self.builds >= self.max_builds:
-            raise BuildBudgetExceeded(self.max_builds)
+        return self.evaluate_many([Candidate(kind, enabled, config, held, marks)])[0]
+
+    def evaluate_many(self, cands: list["Candidate"]) -> list[Step]:
+        """One round: every candidate judged, builds spread over the pool.
+
+        Steps are recorded in the order given and each build counted in that
+        order, so the steps file, the verdicts and the build count are the
+        same with one worker or many."""
+        plans = []
+        for c in cands:
+            config = c.config or self.config
+            marks = c.marks
+            if marks is None:
+                if c.enabled is None:
+                    marks = []
+                else:
+                    held_t = [t for u in (c.held or []) for t in u.interior]
+                    marks = marks_for(c.enabled, self._all_tensors, held_t)
+            digest = hashlib.sha1("\n".join(sorted(marks)).encode()).hexdigest()
+            key = stable_key(self.search_key, config.to_dict(), digest)
+            region = "whole graph" if c.enabled is None else region_text(c.enabled)
+            ids = [] if c.enabled is None else [u.index for u in c.enabled]
+            plans.append((c.kind, config, list(marks), key, region, ids))
+        out: list[Optional[Step]] = [None] * len(plans)
+        todo: list[int] = []
+        for i, (kind, config, marks, key, region, ids) in enumerate(plans):
+            done = next((st for st in self.steps if st.key == key), None)
+            if done is not None:  # asked twice in this run (e.g. attribution, then workaround)
+                out[i] = done
+                continue
+            cached = self._cache.get(key)
+            if cached is not None:
+                known = {k: v for k, v in cached.items() if k in Step.__dataclass_fields__}
+                step = Step(**{**known, "n": len(self.steps) + 1, "kind": kind, "region": region,
+                               "enabled": ids, "cached": True, "builds": self.builds})
+                self.steps.append(step)
+                self._report(step)
+                out[i] = step
+                continue
+            if any(plans[j][3] == key for j in todo):
+                continue  # the same build twice in one round: built once, filled in below
+            todo.append(i)
+        if todo:
+            self.t.cancel.check()
+            budget = self.max_builds - self.builds
+            over = len(todo) > budget
+            todo = todo[: max(budget, 0)]
+            if todo:
+                self._build_round(plans, todo, out)
+            if over:
+                raise BuildBudgetExceeded(self.max_builds)
+        for i, p in enumerate(plans):
+            if out[i] is None:
+                out[i] = next(st for st in self.steps if st.key == p[3])
+        return out  # type: ignore[return-value]
+
+    def _build_round(self, plans: list, todo: list[int], out: list) -> None:
+        from bisect_tui.core.bisect.pool import BuildJob
+
+        jobs = []
+        for i in todo:
+            kind, config, marks, key, region, ids = plans[i]
+            # Unmarked builds are the real engine for a config: keep their optimized
+            # graph and fused-node map, which the level search, the attribution and
+            # the workaround all read instead of building again.
+            workdir = self.engine_dir(config) if not marks else None
+            jobs.append(BuildJob(config=config.to_dict(), marks=tuple(marks),
+                                 workdir=str(workdir) if workdir is not None else None,
+                                 want_unblocked=bool(marks) and not self._marking_blocks))
+        first = plans[todo[0]]
+        what = (f"{first[0]}: {first[4]}" if len(todo) == 1 else
+                f"{len(todo)} candidates at once ({min(len(todo), self.pool.workers)} worker(s))")
         self.t.progress(Progress(
-            "bisect", f"step {len(self.steps) + 1}: building {kind}: {region}",
-            self.builds, max(self.expected_builds, self.builds + 1),
-            {"building": {"n": len(self.steps) + 1, "kind": kind, "region": region, "enabled": ids}},
+            "bisect", f"step {len(self.steps) + 1}: building {what}",
+            self.builds, max(self.expected_builds, self.builds + len(todo)),
+            {"building": {"n": len(self.steps) + 1, "kind": first[0], "region": first[4], "enabled": first[5],
+                          "candidates": len(todo)}},
         ))
         t0 = time.perf_counter()
-        fused_count = None
-        optimized = None
-        # Unmarked builds are the real engine for a config: keep their optimized
-        # graph and fused-node map, which the level search, the attribution and
-        # the workaround all read instead of building again.
-        workdir = self.engine_dir(config) if not marks else None
-        error_kind = error = None
-        unblocked = None
-        try:
-            built = self.engine.build(self.session.model_path, config, marks, workdir)
-        except EngineBuildError as exc:  # an EnvironmentFault (disk full...) is no step's verdict: it propagates
-            # An engine that cannot even be built with this region enabled is
-            # broken by it: the step fails, and the message says why.
-            error_kind, error = exc.kind, exc.engine_message
-            j = Judgement(False, math.inf, None, math.nan, f"engine build failed: {exc}", {})
-        else:
-            per_sample = None
-            try:
-                per_sample = [built.run(self.t.inputs.feeds(k)) for k in range(self.t.inputs.samples)]
-                if marks and not self._marking_blocks:
-                    unblocked = [f.name for f in built.fusions_across(marks)]
-                if workdir is not None:  # marked builds skip the map: it costs as much as a build
-                    try:
-                        fused = built.fused_nodes
-                        fused_count = sum(1 for n in fused if n.is_fused)
-                        atomic.write_json(workdir / "fused_nodes.json", [f.to_dict() for f in fused])
-                        optimized = str(built.optimized_model_path)
-                    except Exception:  # the map is informative here; never fail a step on it
-                        fused_count = None
-            except EngineBuildError as exc:  # EngineRunError: built, then failed on the inputs
-                error_kind, error = exc.kind, exc.engine_message
-            finally:
-                built.close()
-            if per_sample is None:
-                j = Judgement(False, math.inf, None, math.nan, f"engine run failed: {error}", {})
+        results = self.pool.run(jobs)
+        wall = time.perf_counter() - t0
+        for i, job, res in zip(todo, jobs, results):
+            kind, config, marks, key, region, ids = plans[i]
+            fused_count = None
+            optimized = None
+            if res.failed_at == "build":
+                # An engine that cannot even be built with this region enabled is
+                # broken by it: the step fails, and the message says why.
+                j = Judgement(False, math.inf, None, math.nan, f"engine build failed: {res.build_message}", {})
+            elif res.outputs is None:
+                j = Judgement(False, math.inf, None, math.nan, f"engine run failed: {res.error}", {})
             else:
-                j = self.judge.judge(per_sample)
-        self.builds += 1
-        step = Step(
-            n=len(self.steps) + 1, kind=kind, region=region, enabled=ids,
-            config={"level": config.level, "disabled_optimizers": list(config.disabled_optimizers)},
-            marks=len(marks), passed=j.passed, ratio=_finite(j.ratio), max_abs=_finite(j.max_abs),
-            summary=j.summary, builds=self.builds, cached=False,
-            seconds=time.perf_counter() - t0, fused_in_build=fused_count, key=key,
-            optimized=optimized, error_kind=error_kind, error=error, unblocked=unblocked,
-        )
-        self.steps.append(step)
-        self._append({**step.to_dict(), "at": now_iso()})
-        self._cache[key] = step.to_dict()
-        self._report(step)
-        return step
+                j = self.judge.judge(res.outputs)
+            if job.workdir is not None and res.fused_nodes is not None:
+                from pathlib import Path as _P
+
+                fused_count = sum(1 for d in res.fused_nodes if FusedNode.from_dict(d).is_fused)
+                atomic.write_json(_P(job.workdir) / "fused_nodes.json", res.fused_nodes)
+                optimized = res.optimized
+            self.builds += 1
+            step = Step(
+                n=len(self.steps) + 1, kind=kind, region=region, enabled=ids,
+                config={"level": config.level, "disabled_optimizers": list(config.disabled_optimizers)},
+                marks=len(marks), passed=j.passed, ratio=_finite(j.ratio), max_abs=_finite(j.max_abs),
+                summary=j.summary, builds=self.builds, cached=False,
+                seconds=res.seconds, fused_in_build=fused_count, key=key,
+                optimized=optimized, error_kind=res.error_kind, error=res.error, unblocked=res.unblocked,
+                worker=res.worker, round_size=len(todo) if len(todo) > 1 else None,
+            )
+            self.steps.append(step)
+            self._append({**step.to_dict(), "at": now_iso()})
+            self._cache[key] = step.to_dict()
+            self._report(step)
+            out[i] = step
+        self.round_seconds.append(wall)
 
     def _report(self, step: Step) -> None:
         verdict = "pass" if step.passed else "FAIL"
@@ -302,8 +358,7 @@ class Bisector:
     def fused_map(self, config: EngineConfig) -> tuple[Optional[list[FusedNode]], Optional[str], Step]:
         """The unmarked engine of `config`: its fused-node map and optimized graph
         (one build, or none when an earlier step or run made it)."""
-        extra = sorted(set(config.disabled_optimizers) - set(self.config.disabled_optimizers))
-        step = self.evaluate(f"disable {', '.join(extra)}" if extra else f"engine {config.level}", None, config)
+        step = self.evaluate(self._map_kind(config), None, config)
         workdir = self.engine_dir(config)
         path = workdir / "fused_nodes.json"
         if step.optimized and path.exists() and self.trusted_file(step.optimized):
@@ -327,6 +382,16 @@ class Bisector:
         self._append({**record, "at": now_iso()})  # the later line for a key wins on resume
         return fused, step.optimized, step
 
+    def _map_kind(self, config: EngineConfig) -> str:
+        extra = sorted(set(config.disabled_optimizers) - set(self.config.disabled_optimizers))
+        return f"disable {', '.join(extra)}" if extra else f"engine {config.level}"
+
+    def prefetch_maps(self, configs: list[EngineConfig]) -> None:
+        """Build the unmarked engines of several configs in one round (the
+        attribution's one rebuild per candidate pass): `fused_map` then reads them."""
+        if len(configs) > 1:
+            self.evaluate_many([Candidate(self._map_kind(c), None, c) for c in configs])
+
     def units_at(self, level: str) -> tuple[list[Unit], Optional[str]]:
         fused, opt, step = self.fused_map(self.config.with_level(level))
         if fused is None:
@@ -334,23 +399,32 @@ class Bisector:
         return build_units(fused, self.t.info.index), opt
 
     def prefix_search(self, cands: list[Unit], held: list[Unit], fixed: list[Unit]) -> Optional[int]:
-        """Smallest k with fixed + cands[:k+1] failing (cands[:] known to fail with fixed)."""
+        """Smallest k with fixed + cands[:k+1] failing (cands[:] known to fail with fixed).
+
+        Each round tries `fanout` split points at once (one round of a binary
+        search when fanout is 1): the first failing one bounds the answer from
+        above, the last passing one below it from below."""
         lo, hi = 0, len(cands) - 1
         while lo < hi:
-            mid = (lo + hi) // 2
-            step = self.evaluate("bisect", fixed + cands[: mid + 1], held=held)
-            if step.passed:
-                lo = mid + 1
-            else:
-                hi = mid
+            mids = split_points(lo, hi, self.fanout)
+            steps = self.evaluate_many([Candidate("bisect", fixed + cands[: m + 1], held=held) for m in mids])
+            for m, step in zip(mids, steps):
+                if step.passed:
+                    lo = m + 1
+                else:
+                    hi = m
+                    break
         return lo if cands else None
 
     def find_one(self, remaining: list[Unit], held: list[Unit], seeds: list[Unit]) -> Optional[list[Unit]]:
         """One culprit (a unit, or a set of units that only fail together)."""
-        for s in [s for s in seeds if s in remaining][:MAX_SEED_TRIES]:
-            step = self.evaluate("suspect alone", [s], held=held)
-            if not step.passed:
-                return [s]
+        tries = [s for s in seeds if s in remaining][:MAX_SEED_TRIES]
+        for at in range(0, len(tries), self.fanout):
+            batch = tries[at: at + self.fanout]
+            steps = self.evaluate_many([Candidate("suspect alone", [s], held=held) for s in batch])
+            for s, step in zip(batch, steps):
+                if not step.passed:
+                    return [s]
         k = self.prefix_search(remaining, held, [])
         if k is None:
             return None
@@ -591,6 +665,17 @@ class Bisector:
         result["engine_builds_all_runs"] = len(self._cache)
         result["seconds"] = time.perf_counter() - t0
         return result
+
+
+def split_points(lo: int, hi: int, k: int) -> list[int]:
+    """Up to k split points in [lo, hi), cutting it into k + 1 near-equal parts;
+    for k = 1 the binary search's midpoint (lo + hi) // 2."""
+    n = hi - lo
+    if k <= 1:
+        return [(lo + hi) // 2]
+    pts = sorted({lo + (n * i) // (k + 1) for i in range(1, k + 1)} | set())
+    pts = [p for p in pts if lo <= p < hi]
+    return pts or [(lo + hi) // 2]
 
 
 class BuildBudgetExceeded(Exception):

@@ -1,0 +1,102 @@
+"""Parallel candidates: the same search, builds spread over worker processes.
+
+The strategy (fanout) alone decides which builds are made; the pool only how
+many run at once. So with 1 worker and with 2 the culprits, the passes, the
+steps and the build count must be identical, on samples with known answers."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from bisect_tui.cli import main
+from bisect_tui.core.bisect.run import run_bisection
+from bisect_tui.core.bisect.search import split_points
+from bisect_tui.core.pipeline import Triage, TriageOptions
+from bisect_tui.engines.base import EngineConfig
+
+from testlib import culprit_matches
+
+GELU = (("optimization.enable_gelu_approximation", "1"),)
+
+
+def _triage(model, root):
+    t = Triage(TriageOptions(model=model, session_dir=root, config=EngineConfig(config_entries=GELU)),
+               lambda p: None)
+    t.run_all()
+    return t
+
+
+def _shape(res: dict) -> dict:
+    """What must not depend on the number of workers."""
+    return {
+        "verdict": res["verdict"],
+        "culprits": [c["original_nodes"] for c in res["culprits"]],
+        "passes": [c["attribution"]["confirmed"] for c in res["culprits"]],
+        "workaround": res["workaround"]["disabled_optimizers"],
+        "builds": res["engine_builds"],
+        "steps": [(s["kind"], s["region"], s["passed"], s["builds"]) for s in res["steps"]],
+    }
+
+
+def test_split_points_cut_the_range_evenly():
+    assert split_points(0, 10, 1) == [5]  # the binary search's midpoint
+    assert split_points(0, 9, 2) == [3, 6]
+    assert split_points(4, 5, 3) == [4]  # one element left: one candidate
+    for lo, hi, k in [(0, 100, 3), (7, 40, 2), (0, 2, 4)]:
+        pts = split_points(lo, hi, k)
+        assert pts == sorted(set(pts)) and all(lo <= p < hi for p in pts) and len(pts) <= k
+
+
+@pytest.mark.slow
+def test_two_workers_give_the_serial_result_and_build_count(samples, cases, tmp_path):
+    model = samples / "two_culprits.onnx"
+    serial = run_bisection(_triage(model, tmp_path / "w1"), workers=1, fanout=3)
+    t2 = _triage(model, tmp_path / "w2")
+    parallel = run_bisection(t2, workers=2, fanout=3)
+    assert _shape(serial) == _shape(parallel)
+    expected = sorted(cases["two_culprits"]["expected_culprits"])
+    found = sorted(c["original_nodes"] for c in parallel["culprits"])
+    assert len(found) == 2 and all(culprit_matches(f, e) for f, e in zip(found, expected))
+    assert all(p == ["GeluApproximation"] for p in _shape(parallel)["passes"])
+    assert parallel["parallel"] == {"workers": 2, "fanout": 3}
+    # the step log says who built what: some builds ran in the worker process
+    lines = [json.loads(x) for x in (t2.session.bisect_dir / "steps.jsonl").read_text().splitlines()]
+    built = [r for r in lines if not r.get("cached") and "from" not in r]
+    workers = {r["worker"] for r in built}
+    assert "main" in workers and any(w.startswith("w") and w[1:].isdigit() for w in workers), workers
+    assert any(r.get("round_size", 1) >= 2 for r in built)  # the k-ary rounds were built together
+    serial_lines = [json.loads(x) for x in (tmp_path / "w1" / "bisect" / "steps.jsonl").read_text().splitlines()]
+    assert {r.get("worker") for r in serial_lines if "from" not in r} == {"main"}
+
+    # resume: a rerun of the parallel session rebuilds nothing and says the same
+    again = run_bisection(_triage(model, tmp_path / "w2"), workers=2, fanout=3)
+    assert again["engine_builds"] == 0
+    assert [c["original_nodes"] for c in again["culprits"]] == _shape(parallel)["culprits"]
+
+
+def test_fanout_one_is_the_binary_search(samples, cases, tmp_path):
+    """Default strategy unchanged by the pool: one worker or two, same steps."""
+    model = samples / "deep_stack.onnx"
+    a = run_bisection(_triage(model, tmp_path / "a"), workers=1)
+    b = run_bisection(_triage(model, tmp_path / "b"), workers=2)
+    assert _shape(a) == _shape(b)
+    assert culprit_matches(a["culprits"][0]["original_nodes"], cases["deep_stack"]["expected_culprits"][0])
+    assert not any(s.get("round_size") for s in a["steps"] if s["kind"] == "bisect")
+
+
+def test_cli_workers_and_fanout_flags(samples, tmp_path, capsys):
+    out = tmp_path / "r.json"
+    code = main(["bisect", str(samples / "deep_stack.onnx"), "--session", str(tmp_path / "s"),
+                 "--ort-config", "optimization.enable_gelu_approximation=1", "--workers", "2",
+                 "--fanout", "2", "--json", str(out), "-q"])
+    assert code == 1
+    res = json.loads(out.read_text())["bisect"]
+    assert res["parallel"] == {"workers": 2, "fanout": 2}
+    assert res["verdict"] == "culprits" and len(res["culprits"]) == 1
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exc:
+        main(["bisect", str(samples / "deep_stack.onnx"), "--workers", "0"])
+    assert exc.value.code == 2
+    assert "expected 1 or more" in capsys.readouterr().err
