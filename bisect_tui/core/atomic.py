@@ -59,12 +59,16 @@ def _json_default(obj: Any) -> Any:
     raise TypeError(f"not JSON serializable: {type(obj).__name__}")
 
 
-def to_json(obj: Any) -> str:
+def to_json(obj: Any, compact: bool = False) -> str:
+    """`compact` for large machine-read files (manifests, fused-node maps):
+    without indent json uses its C encoder, several times faster."""
+    if compact:
+        return json.dumps(obj, separators=(",", ":"), default=_json_default, allow_nan=True)
     return json.dumps(obj, indent=2, default=_json_default, allow_nan=True)
 
 
-def write_json(path: Path, obj: Any) -> None:
-    _atomic_write(path, (to_json(obj) + "\n").encode("utf-8"))
+def write_json(path: Path, obj: Any, compact: bool = False) -> None:
+    _atomic_write(path, (to_json(obj, compact) + "\n").encode("utf-8"))
 
 
 def read_json(path: Path) -> Any:

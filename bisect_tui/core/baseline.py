@@ -316,7 +316,7 @@ def run_baseline(
     def write_partial(_gi: int, _group: list[str]) -> None:
         atomic.write_json(
             outdir / "manifest.partial.json",
-            {"key": key, "tensors": [done[t] for t in tensors if t in done]},
+            {"key": key, "tensors": [done[t] for t in tensors if t in done]}, compact=True,
         )
 
     def relay(p: Progress) -> None:
@@ -359,7 +359,7 @@ def run_baseline(
         "bytes": sum(e["bytes"] for e in ordered),
     }
     atomic.write_json(outdir / "run.json", {"versions": versions(), "seconds": time.perf_counter() - t0})
-    atomic.write_json(session.manifest_path, manifest)  # last: marks the dump complete
+    atomic.write_json(session.manifest_path, manifest, compact=True)  # last: marks the dump complete
     try:
         (outdir / "manifest.partial.json").unlink()
     except FileNotFoundError:

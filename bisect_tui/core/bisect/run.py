@@ -81,8 +81,7 @@ def run_bisection(triage, max_builds: int = 200, config=None, max_culprits: int 
     triage.session.mark_step("bisect", "running")
     from bisect_tui.core.bisect.pool import pool_for
 
-    pool = pool_for(triage, workers)
-    pool.start()  # worker imports overlap the first builds, which run here
+    pool = pool_for(triage, workers)  # started on the first round with two or more builds
     bis = Bisector(triage, config, max_builds, max_culprits, fanout=fanout, pool=pool)
 
     def probe(optimized: str, units: list[Unit]) -> dict:

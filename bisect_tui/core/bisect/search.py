@@ -166,7 +166,7 @@ class Bisector:
     def _append(self, rec: dict) -> None:
         rec = {k: v for k, v in rec.items() if k != "digest"}
         rec["digest"] = record_digest(rec)
-        line = atomic.to_json(rec).replace("\n", " ") + "\n"
+        line = atomic.to_json(rec, compact=True) + "\n"
         with safepath.open_append(self.session.root, "bisect/steps.jsonl") as fh:
             fh.write(line)
             fh.flush()
@@ -291,7 +291,7 @@ class Bisector:
                 from pathlib import Path as _P
 
                 fused_count = sum(1 for d in res.fused_nodes if FusedNode.from_dict(d).is_fused)
-                atomic.write_json(_P(job.workdir) / "fused_nodes.json", res.fused_nodes)
+                atomic.write_json(_P(job.workdir) / "fused_nodes.json", res.fused_nodes, compact=True)
                 optimized = res.optimized
             self.builds += 1
             step = Step(

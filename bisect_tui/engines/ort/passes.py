@@ -132,24 +132,27 @@ def _scan_cache_key(libs: list[Path]) -> str:
     return hashlib.sha1("|".join(parts).encode()).hexdigest()[:16]
 
 
-def _scan_cache_path(libs: list[Path]) -> Path:
+def _scan_cache_path(libs: list[Path], kind: str = "optimizers") -> Path:
     from bisect_tui.core.session import state_home
 
-    return state_home() / f"ort-optimizers-{_scan_cache_key(libs)}.json"
+    return state_home() / f"ort-{kind}-{_scan_cache_key(libs)}.json"
 
 
-def _read_scan_cache(libs: list[Path]) -> Optional[set[str]]:
+def _read_scan_cache(libs: list[Path], kind: str = "optimizers") -> Optional[set[str]]:
     try:
-        return set(json.loads(_scan_cache_path(libs).read_text()))
+        data = json.loads(_scan_cache_path(libs, kind).read_text())
     except (OSError, ValueError, TypeError):
         return None
+    if not isinstance(data, list) or not all(isinstance(x, str) for x in data):
+        return None
+    return set(data)
 
 
-def _write_scan_cache(libs: list[Path], names: set[str]) -> None:
+def _write_scan_cache(libs: list[Path], names: set[str], kind: str = "optimizers") -> None:
     try:
         from bisect_tui.core import atomic
 
-        atomic.write_json(_scan_cache_path(libs), sorted(names))
+        atomic.write_json(_scan_cache_path(libs, kind), sorted(names))
     except OSError:
         pass  # a cache only; the scan result is used either way
 
@@ -190,15 +193,22 @@ def known_config_keys() -> frozenset[str]:
     ORT accepts any key in `add_session_config_entry` and ignores the ones it
     does not know, so a misspelt key silently gives a PASS. The key literals
     (`session.*`, `optimization.*`, `mlas.*`, `ep.*`...) sit as C strings in the
-    native library; a key ending in "." is a prefix family (`ep.cuda.`)."""
+    native library; a key ending in "." is a prefix family (`ep.cuda.`). Cached
+    on disk like the optimizer names (the scan costs most of a second)."""
+    libs = _native_libraries()
+    cached = _read_scan_cache(libs, "config-keys")
+    if cached is not None:
+        return frozenset(cached)
     rx = re.compile(rb"(?<=\x00)((?:session|optimization|mlas|ep|kernel|memory|arena)\.[a-z0-9_.]{2,160})(?=\x00)")
     found: set[str] = set()
-    for path in _native_libraries():
+    for path in libs:
         try:
             data = path.read_bytes()
         except OSError:
             continue
         found.update(m.group(1).decode("ascii") for m in rx.finditer(data))
+    if found:
+        _write_scan_cache(libs, found, "config-keys")
     return frozenset(found)
 
 

@@ -1,0 +1,291 @@
+"""Benchmark: speed at scale, bisect-tui (1 worker and N workers) against
+Polygraphy's `debug reduce` (bisect, and linear where it finishes in reasonable
+time) on models of about 100, 1,000 and 5,000+ nodes with one known culprit
+(bench/scale_models.py), plus the baseline dump's throughput against plain
+numpy.save to the same disk. One run; ratios are within it. Prints, asserts
+nothing.
+
+    .venv/bin/python bench/speed_at_scale.py [--models transformer_100,...] [--workers 2]
+        [--linear-max-nodes 150] [--linear-timeout 300]
+
+Rows per model:
+- bisect-tui w1 k1: `bisect-tui bisect --workers 1 --fanout 1` (the binary search, one build at a time);
+- bisect-tui w1 kN: `--workers 1 --fanout N` (N split points a round, one build at a time);
+- bisect-tui wN kN: `--workers N --fanout N` (the same builds, N at a time: the speed-up of the pool);
+- debug reduce bisect / linear: as in bench/bisect_vs_debug_reduce.py (golden dump of the unfused
+  model timed with it, a lean ORT+numpy check script, `--load-inputs`).
+
+Columns: wall time of the whole command (bisect-tui includes its baseline, determinism run and
+check), whole-graph engine builds, subgraph builds, peak memory (sum of the RSS of the tool's
+process tree, sampled every 50 ms), right answer (the expected culprit's nodes covered, nodes
+outside it), answer size, and the bound ceil(log2(fused nodes)) + 3 for the search's builds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+import bisect_vs_debug_reduce as peer  # noqa: E402
+from scale_models import MODELS, build  # noqa: E402
+
+# the peer's check script, counting the nodes of each candidate it is asked to judge
+CHECK = peer.CHECK.replace(
+    'with open(counter, "a") as fh:\n    fh.write("run\\n")\nm = onnx.load(model_path)\n',
+    'm = onnx.load(model_path)\nwith open(counter, "a") as fh:\n    fh.write(f"{len(m.graph.node)}\\n")\n')
+assert CHECK != peer.CHECK
+
+
+class TreePeak:
+    """Peak of the summed RSS of a process and its descendants."""
+
+    def __init__(self, pid: int):
+        import psutil
+
+        self.proc = psutil.Process(pid)
+        self.peak = 0
+        self._stop = threading.Event()
+        self._t = threading.Thread(target=self._run, daemon=True)
+        self._t.start()
+
+    def _run(self):
+        import psutil
+
+        while not self._stop.is_set():
+            try:
+                procs = [self.proc] + self.proc.children(recursive=True)
+                total = 0
+                for p in procs:
+                    try:
+                        total += p.memory_info().rss
+                    except psutil.Error:
+                        pass
+                self.peak = max(self.peak, total)
+            except psutil.Error:
+                pass
+            self._stop.wait(0.05)
+
+    def stop(self) -> int:
+        self._stop.set()
+        self._t.join()
+        return self.peak
+
+
+def timed(cmd: list[str], cwd: Path, timeout: float | None = None, env=None):
+    t0 = time.perf_counter()
+    p = subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    peak = TreePeak(p.pid)
+    try:
+        out, err = p.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        out, err = p.communicate()
+        return None, time.perf_counter() - t0, peak.stop(), out, err
+    return p.returncode, time.perf_counter() - t0, peak.stop(), out, err
+
+
+def judge(found: list[list[str]], expected: list[list[str]]) -> tuple[bool, str]:
+    exp = [set(e) for e in expected]
+    hit = sum(1 for e in exp if any(e <= set(f) for f in found))
+    extra = sum(len(set(f) - set().union(*exp)) for f in found)
+    ok = hit == len(exp) and extra == 0
+    return ok, f"{hit}/{len(exp)} covered, {extra} outside"
+
+
+def run_bt(model: Path, inputs: Path, tmp: Path, workers: int, fanout: int, tag: str) -> dict:
+    out = tmp / f"{tag}.json"
+    sess = tmp / f"{tag}_session"
+    cmd = [str(Path(sys.executable).parent / "bisect-tui"), "bisect", str(model), "--session", str(sess),
+           "--input", str(inputs), "--ort-config", "optimization.enable_gelu_approximation=1",
+           "--workers", str(workers), "--fanout", str(fanout), "--json", str(out), "-q"]
+    rc, wall, peak, so, se = timed(cmd, tmp)
+    if rc not in (0, 1) or not out.exists():
+        raise SystemExit(f"bisect-tui failed ({rc}):\n{so[-2000:]}\n{se[-2000:]}")
+    b = json.loads(out.read_text())["bisect"]
+    culprits = [c["original_nodes"] for c in b.get("culprits", [])]
+    sub = 0
+    for c in b.get("culprits", []):
+        sub += ((c.get("attribution") or {}).get("group_test") or {}).get("builds", 0) or 0
+        sub += 1 if (c.get("isolated") or {}).get("subgraph") else 0  # the culprit's region through the engine
+    fused = len(b.get("units", []))
+    passes = sorted({n for c in b.get("culprits", []) for n in (c.get("attribution") or {}).get("confirmed", [])})
+    search_builds = sum(1 for s in b["steps"] if not s["cached"] and not s["kind"].startswith(("disable", "fixpoint", "workaround")))
+    res = {"wall": wall, "whole": b["engine_builds"] + 1, "sub": sub, "peak": peak, "culprits": culprits,
+           "answer": sum(len(c) for c in culprits), "fused": fused, "passes": passes,
+           "search_builds": search_builds, "search_s": b.get("seconds"),
+           "steps": [(s["kind"], s["region"], s["passed"]) for s in b["steps"]],
+           "workers_used": sorted({s.get("worker", "main") for s in b["steps"] if not s["cached"]})}
+    shutil.rmtree(sess, ignore_errors=True)
+    return res
+
+
+def run_pg(model: Path, inputs: Path, tmp: Path, mode: str, n_nodes: int, timeout: float | None) -> dict:
+    import onnx
+
+    work = tmp / f"pg_{mode}"
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir()
+    counter = work / "counter.txt"
+    t0 = time.perf_counter()
+    prep = subprocess.run([sys.executable, str(tmp / "prep.py"), str(model), str(inputs),
+                           str(work / "golden.npz"), str(work / "inputs.json")], capture_output=True, text=True)
+    prep_s = time.perf_counter() - t0
+    if prep.returncode != 0:
+        raise SystemExit(f"golden dump failed:\n{prep.stderr[-2000:]}")
+    cmd = [str(Path(sys.executable).parent / "polygraphy"), "debug", "reduce", str(model), "-o", "reduced.onnx",
+           f"--mode={mode}", "--load-inputs", "inputs.json",
+           "--check", sys.executable, str(tmp / "check.py"), "polygraphy_debug.onnx", "golden.npz", str(counter)]
+    rc, wall, peak, so, se = timed(cmd, work, timeout, env={**os.environ, "TMPDIR": str(work)})
+    sizes = [int(x) for x in counter.read_text().split()] if counter.exists() else []
+    res = {"wall": prep_s + wall, "whole": 2 * sum(1 for s in sizes if s >= n_nodes),
+           "sub": 2 * sum(1 for s in sizes if s < n_nodes), "peak": peak, "timed_out": rc is None,
+           "runs": len(sizes)}
+    if rc is None:
+        res.update(culprits=[], answer=None)
+    elif rc != 0 or not (work / "reduced.onnx").exists():
+        raise SystemExit(f"debug reduce failed ({rc}):\n{so[-2000:]}\n{se[-2000:]}")
+    else:
+        nodes = [n.name for n in onnx.load(str(work / "reduced.onnx")).graph.node]
+        res.update(culprits=[nodes], answer=len(nodes))
+    shutil.rmtree(work, ignore_errors=True)
+    return res
+
+
+def dump_throughput(tmp: Path) -> dict:
+    """bisect-tui's baseline dump (every tensor, with its statistics and digests) against
+    numpy.save of the same arrays into the same folder."""
+    from baseline_memory import build_model
+
+    from bisect_tui.core.pipeline import Triage, TriageOptions
+
+    model = tmp / "chain.onnx"
+    build_model(model, 48)  # 48 elementwise ops on [1, 64, 256, 256]: 16 MiB each, 768 MiB in all
+    t = Triage(TriageOptions(model=model, session_dir=tmp / "dump_session", check_determinism=False))
+    t.prepare()
+    t0 = time.perf_counter()
+    t.run_baseline()
+    bt_s = time.perf_counter() - t0
+    files = sorted(t.session.baseline_dir.rglob("*.npy"))
+    total = sum(f.stat().st_size for f in files)
+    arrays = [np.load(f, allow_pickle=False, mmap_mode="r") for f in files]
+    arrays = [np.array(a) for a in arrays]  # in memory: numpy.save only writes
+    out = tmp / "npsave"
+    out.mkdir()
+    t0 = time.perf_counter()
+    for i, a in enumerate(arrays):
+        with open(out / f"{i}.npy", "wb") as fh:
+            np.save(fh, a, allow_pickle=False)
+            fh.flush()
+    np_s = time.perf_counter() - t0
+    del arrays
+    shutil.rmtree(out, ignore_errors=True)
+    shutil.rmtree(tmp / "dump_session", ignore_errors=True)
+    return {"bytes": total, "files": len(files), "bt_s": bt_s, "np_s": np_s}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--models", default=",".join(MODELS))
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--linear-max-nodes", type=int, default=150)
+    ap.add_argument("--linear-timeout", type=float, default=300.0)
+    ap.add_argument("--no-dump", action="store_true")
+    args = ap.parse_args()
+    try:
+        import onnx_graphsurgeon  # noqa: F401
+    except ImportError:
+        print(f"debug reduce needs onnx_graphsurgeon: {sys.executable} -m pip install onnx-graphsurgeon",
+              file=sys.stderr)
+        return 2
+    import onnxruntime as ort
+    import polygraphy
+
+    n = args.workers
+    print(f"onnxruntime {ort.__version__}, polygraphy {polygraphy.__version__}, Python {sys.version.split()[0]}, "
+          f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f} at start")
+    tmp = Path(tempfile.mkdtemp(prefix="bench_scale_", dir="/tmp"))
+    rows = []
+    try:
+        (tmp / "prep.py").write_text(peer.PREP)
+        (tmp / "check.py").write_text(
+            f"CFG = {peer.GELU_CFG!r}\nATOL = 1e-4\nRTOL = 1e-4\nMIN_COS = 0.99999\n" + CHECK)
+        for name in [m.strip() for m in args.models.split(",") if m.strip()]:
+            model = tmp / f"{name}.onnx"
+            info = build(name, model)
+            inputs = tmp / f"{name}_x.npz"
+            rng = np.random.default_rng(0)
+            np.savez(inputs, **{k: rng.standard_normal(v).astype(np.float32) for k, v in info["input"].items()})
+            print(f"{name} ({info['nodes']} nodes):", end=" ", flush=True)
+            r = {}
+            for tag, w, k in (("bt_w1_k1", 1, 1), (f"bt_w1_k{n}", 1, n), (f"bt_w{n}_k{n}", n, n)):
+                print(tag, end=" ", flush=True)
+                r[tag] = run_bt(model, inputs, tmp, w, k, tag)
+            print("reduce-bisect", end=" ", flush=True)
+            r["pg_bisect"] = run_pg(model, inputs, tmp, "bisect", info["nodes"], None)
+            if info["nodes"] <= args.linear_max_nodes:
+                print("reduce-linear", end=" ", flush=True)
+                r["pg_linear"] = run_pg(model, inputs, tmp, "linear", info["nodes"], args.linear_timeout)
+            print(flush=True)
+            rows.append((name, info, r))
+        dump = None if args.no_dump else dump_throughput(tmp)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+    print()
+    print("| model | nodes | tool | wall s | whole-graph builds | subgraph builds | peak MiB | right answer | "
+          "answer nodes | log2 bound (search builds) |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    summary = []
+    for name, info, r in rows:
+        exp = info["expected"]
+        for tag, label in (("bt_w1_k1", "bisect-tui, 1 worker, fanout 1"), (f"bt_w1_k{n}", f"bisect-tui, 1 worker, fanout {n}"),
+                           (f"bt_w{n}_k{n}", f"bisect-tui, {n} workers, fanout {n}"),
+                           ("pg_bisect", "debug reduce --mode bisect"), ("pg_linear", "debug reduce --mode linear")):
+            x = r.get(tag)
+            if x is None:
+                continue
+            ok, how = judge(x["culprits"], exp) if x.get("culprits") else (False, "timed out" if x.get("timed_out") else "none")
+            bound = ""
+            if tag.startswith("bt"):
+                b = math.ceil(math.log2(max(x["fused"], 2))) + 3
+                bound = f"{b} ({x['search_builds']})"
+            print(f"| {name} | {info['nodes']} | {label} | {x['wall']:.2f} | {x['whole']} | {x['sub']} | "
+                  f"{x['peak'] / 2**20:.0f} | {'yes' if ok else 'NO'} ({how}) | {x.get('answer')} | {bound} |")
+        b1, bk, bn, pg = r["bt_w1_k1"], r[f"bt_w1_k{n}"], r[f"bt_w{n}_k{n}"], r["pg_bisect"]
+        same = bk["steps"] == bn["steps"] and bk["culprits"] == bn["culprits"] and bk["whole"] == bn["whole"]
+        summary.append(
+            f"{name}: debug reduce bisect / bisect-tui: {pg['wall'] / b1['wall']:.1f}x (1 worker), "
+            f"{pg['wall'] / bn['wall']:.1f}x ({n} workers); search alone (bisect.seconds) "
+            f"{b1['search_s']:.2f} s / {bk['search_s']:.2f} s / {bn['search_s']:.2f} s (w1k1 / w1k{n} / w{n}k{n}), "
+            f"{n}-worker speed-up on the same builds: whole command {bk['wall'] / bn['wall']:.2f}x, "
+            f"search {bk['search_s'] / max(bn['search_s'], 1e-9):.2f}x; steps identical: {'yes' if same else 'NO'}; "
+            f"workers seen: {bn['workers_used']}; passes named: {b1['passes']}")
+    print()
+    for s in summary:
+        print(s)
+    if dump:
+        bt_rate = dump["bytes"] / dump["bt_s"] / 2**20
+        np_rate = dump["bytes"] / dump["np_s"] / 2**20
+        print(f"\nbaseline dump: {dump['files']} tensors, {dump['bytes'] / 2**20:.0f} MiB: bisect-tui {dump['bt_s']:.2f} s "
+              f"({bt_rate:.0f} MiB/s, running the model included) vs numpy.save of the same arrays from memory "
+              f"{dump['np_s']:.2f} s ({np_rate:.0f} MiB/s): {100 * bt_rate / np_rate:.0f}% of numpy.save")
+    print(f"load average {os.getloadavg()[0]:.2f} at the end (the machine is shared)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
