@@ -52,10 +52,67 @@ def update_stats(st: dict, a: np.ndarray) -> dict:
     return st
 
 
+_F32 = {name: int(np.array(v, np.float32).view(np.uint32)) for name, v in (
+    ("fp16_max", FP16_MAX), ("fp16_min_normal", FP16_MIN_NORMAL), ("fp16_zero_below", FP16_ZERO_BELOW),
+    ("bf16_max", BF16_MAX), ("bf16_zero_below", BF16_ZERO_BELOW), ("inf", np.inf))}
+# every threshold is exact in float32, so comparing |x| is comparing its bits
+assert all(float(np.array(b, np.uint32).view(np.float32)) == v for b, v in (
+    (_F32["fp16_max"], FP16_MAX), (_F32["fp16_min_normal"], FP16_MIN_NORMAL),
+    (_F32["fp16_zero_below"], FP16_ZERO_BELOW), (_F32["bf16_max"], BF16_MAX),
+    (_F32["bf16_zero_below"], BF16_ZERO_BELOW)))
+
+
+def _update_f32(st: dict, a: np.ndarray) -> dict:
+    """float32 (the common case) on its bits: the exponent field is floor(log2|x|)
+    + 127 for normal numbers and the thresholds compare as integers, so no
+    float64 copy or frexp is needed for the counts. Same numbers as `_update`."""
+    bits = a.view(np.uint32) & np.uint32(0x7FFFFFFF)
+    inf_bits = np.uint32(_F32["inf"])
+    nonfinite = int(np.count_nonzero(bits >= inf_bits))
+    nan = int(np.count_nonzero(bits > inf_bits))
+    st["nan"] += nan
+    st["inf"] += nonfinite - nan
+    nfin = int(a.size) - nonfinite
+    st["finite"] += nfin
+    if nfin == 0:
+        return st
+    if nonfinite:
+        keep = bits < inf_bits
+        bits, f = bits[keep], a[keep]
+    else:
+        f = a
+    f64 = f.astype(np.float64)
+    st["min"] = min(st["min"], float(f.min()))
+    st["max"] = max(st["max"], float(f.max()))
+    st["abs_max"] = max(st["abs_max"], float(np.array(bits.max(), np.uint32).view(np.float32)))
+    st["sum"] += float(f64.sum())
+    st["sumsq"] += float(np.dot(f64, f64))
+    field = np.bincount(bits >> np.uint32(23), minlength=256)  # exponent fields 0..254 (finite only)
+    zeros = int(np.count_nonzero(bits == 0))
+    st["zeros"] += zeros
+    st["fp16_overflow"] += int(np.count_nonzero(bits > np.uint32(_F32["fp16_max"])))
+    # the three small thresholds are powers of two: |x| below one is an exponent field below its own
+    below = np.cumsum(field)
+    st["fp16_subnormal"] += int(below[(_F32["fp16_min_normal"] >> 23) - 1]) - zeros
+    st["fp16_underflow"] += int(below[(_F32["fp16_zero_below"] >> 23) - 1]) - zeros
+    st["bf16_overflow"] += int(np.count_nonzero(bits > np.uint32(_F32["bf16_max"])))
+    st["bf16_underflow"] += int(below[(_F32["bf16_zero_below"] >> 23) - 1]) - zeros if _F32["bf16_zero_below"] >> 23 \
+        else int(np.count_nonzero(bits < np.uint32(_F32["bf16_zero_below"]))) - zeros
+    hist = st["log2_hist"]
+    # float32 subnormals (field 0, not zero) lie below 2**-126: the lowest bin
+    hist[0] += int(field[0]) - zeros
+    for e in range(1, 255):
+        if field[e]:
+            hist[min(max(e - 127, LOG2_LO), LOG2_HI) - LOG2_LO] += int(field[e])
+    return st
+
+
 def _update(st: dict, a: np.ndarray) -> dict:
     st["numel"] += int(a.size)
     if a.size == 0 or a.dtype.kind not in "fiub":
         return st
+    if a.dtype == np.float32:
+        return _update_f32(st, np.ascontiguousarray(a).reshape(-1))
     if a.dtype.kind == "b":
         a = a.astype(np.uint8)
     if a.dtype.kind == "f":

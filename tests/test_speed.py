@@ -1,0 +1,28 @@
+"""The faster hot paths give the same numbers as the plain ones."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from bisect_tui.core.stats import empty_stats, finish_stats, update_stats
+
+
+def test_float32_stats_on_bits_match_the_float64_path():
+    rng = np.random.default_rng(3)
+    parts = [
+        rng.standard_normal(5000) * 10.0 ** rng.integers(-12, 12, 5000),
+        np.array([0.0, -0.0, np.nan, np.inf, -np.inf, 65504.0, 65520.0, 2.0**-14, 2.0**-15, 2.0**-25,
+                  2.0**-26, 1e-40, -1e-45, 3.3895313892515355e38, 3.4e38, 2.0**-134, 2.0**-135, 1.0, -1.0]),
+        rng.standard_normal(100) * 1e-39,  # float32 subnormals
+    ]
+    a = np.concatenate(parts).astype(np.float32)
+    fast = finish_stats(update_stats(empty_stats(), a))
+    plain = finish_stats(update_stats(empty_stats(), a.astype(np.float64)))  # the frexp/float64 path
+    assert fast["numel"] == plain["numel"] == a.size
+    for k in ("finite", "nan", "inf", "zeros", "fp16_overflow", "fp16_subnormal", "fp16_underflow",
+              "bf16_overflow", "bf16_underflow", "log2_hist", "min", "max", "abs_max", "mean", "std"):
+        assert fast[k] == plain[k], k
+    assert fast["nan"] == 1 and fast["inf"] == 2 and fast["zeros"] == 2
+    assert sum(fast["log2_hist"]) == fast["finite"] - fast["zeros"]
+    allnan = finish_stats(update_stats(empty_stats(), np.full(4, np.nan, np.float32)))
+    assert allnan["finite"] == 0 and allnan["nan"] == 4 and allnan["min"] is None
