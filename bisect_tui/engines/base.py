@@ -64,6 +64,13 @@ class EngineOption:
     choices: tuple[str, ...] = ()
     metavar: Optional[str] = None
     label: str = ""  # the settings form's label; `name` when empty
+    form_id: str = ""  # the settings form's widget id; `opt-<name>` when empty
+    placeholder: str = ""  # the settings form's hint in an empty field
+    in_form: bool = True  # False: CLI only (e.g. providers, which depend on the machine)
+
+    @property
+    def widget_id(self) -> str:
+        return self.form_id or f"opt-{self.name}"
 
     def config_value(self, config: "EngineConfig") -> Any:
         if self.field.startswith("options."):
