@@ -30,7 +30,9 @@ def add_engine_flags(group: argparse._ArgumentGroup) -> None:
     labels = ", ".join(f"{n} = {declaration(n).LABEL}" for n in names)
     group.add_argument("--engine", default="ort", metavar="ENGINE",
                        help=f"fused engine: {labels} (default ort)")
-    group.add_argument("--precision", default="fp32", choices=list(PRECISIONS),
+    precisions = list(dict.fromkeys([*PRECISIONS, *(p for n in names
+                                                    for p in declaration(n).CAPABILITIES.precisions)]))
+    group.add_argument("--precision", default="fp32", choices=precisions,
                        help="engine precision (default fp32; each engine says which it runs)")
     seen: set[str] = set()
     for engine, opt in all_options():
