@@ -265,3 +265,19 @@ def test_engine_options_are_validated_up_front(samples, tmp_path, capsys, argv, 
                          capsys)
     assert code == 2
     assert words in err and "Traceback" not in err
+
+
+def test_precision_the_engine_really_ran_is_reported(samples, tmp_path, capsys):
+    """Asked fp16, a CPU without FP16 arithmetic runs something else (bf16 here):
+    the check reads it back from the compiled model and says so."""
+    model = samples / "ov_rmsnorm_ok.onnx"
+    used = get_engine("openvino").build(model, EngineConfig(precision="fp16")).precision_used()
+    code, out, _ = run(["check", model, "--engine", "openvino", "--precision", "fp16", "--session", tmp_path / "s",
+                        "--json", tmp_path / "c.json", "-q"], capsys)
+    assert code in (0, 1)
+    check = json.loads((tmp_path / "c.json").read_text())
+    if used != "fp16":
+        assert check["precision_used"]["used"] == used and check["precision_used"]["asked"] == "fp16"
+        assert f"asked fp16, the compiled engine runs {used} (NOT what was asked" in out
+    else:
+        assert (check.get("precision_used") or {}).get("used", "fp16") == "fp16"
