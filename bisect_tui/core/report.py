@@ -395,6 +395,7 @@ def bisect_text(s: dict) -> str:
         lines.append(f"workaround: none found ({term(w['how'])})")
     if b.get("explanation"):
         lines.append(term(b["explanation"]))
+    lines += region_lines(b.get("region_isolation"))
     lj = b.get("local_judgement")
     if lj:
         from bisect_tui.core.bisect.local_judgement import summary_line
@@ -424,6 +425,18 @@ def evidence_lines(ev) -> list[str]:
     for r in ev.get("range_findings", []):
         lines.append(f"  range check: {term(r['tensor'])} abs max {fmt(r.get('abs_max'))}")
     return lines
+
+
+def region_lines(ri) -> list[str]:
+    """Each fused region run alone through the engine on the baseline's tensors (model text escaped)."""
+    if not ri:
+        return []
+    out = [f"  region #{r['unit']} {term(r['op_type'])} '{term(r['fused_node'])}': "
+           + ("engine build failed alone" if r.get("build_error") else
+              f"{'breaks tolerance' if r['breaks_tolerance'] else 'within tolerance'} alone "
+              f"(max_abs {fmt(r.get('max_abs'))})") for r in ri.get("units", [])[:20]]
+    return ["region isolation (fusions that survived marking: "
+            + term(", ".join(ri.get("unblocked") or [])) + ")", *out]
 
 
 def _no_pass_text(c: dict) -> str:
@@ -489,6 +502,9 @@ def bisect_markdown(s: dict) -> str:
                                      for w in c["worst_elements"]]), ""]
     if b.get("explanation"):
         parts += [_t(b["explanation"]), ""]
+    if b.get("region_isolation"):
+        parts += ["### Regions judged alone (marking did not block their fusions)",
+                  *_fenced(region_lines(b["region_isolation"])), ""]
     if b.get("stopped_reason"):
         parts += [f"**Stopped early:** {_t(b['stopped_reason'])}", ""]
     lj = b.get("local_judgement")
