@@ -360,6 +360,9 @@ class Triage:
             "engine": self.opts.engine,
             "sensitivity": sensitivity,
             **({"precision_used": precision_used} if precision_used else {}),
+            # the engine's own words for its settings (the report's settings lines)
+            "engine_settings": [list(row) for row in self.engine.describe(config)]
+            if hasattr(self.engine, "describe") else [],
             "config": config.to_dict(),
             "passed": passed,
             "outputs": outputs,
@@ -564,6 +567,7 @@ class Triage:
             "determinism": self.determinism,
             "range_check": self.range_check,
             "engine": self.fused["engine"] if self.fused else None,
+            "engine_settings": (self.fused or {}).get("engine_settings") or [],
             "config": self.fused["config"] if self.fused else None,
             "outputs": self.fused["outputs"] if self.fused else {},
             "failing_outputs": self.fused["failing_outputs"] if self.fused else [],

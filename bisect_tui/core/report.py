@@ -266,6 +266,8 @@ def check_markdown(s: dict) -> str:
             f"engine {md_code(s['engine'])}, level {md_code(c['level'])}, precision {md_code(c['precision'])}, "
             f"config {md_code(c.get('config_entries') or {})}, disabled {md_code(c.get('disabled_optimizers') or [])}",
             "",
+            *[f"- {md(str(k))}: {md(str(v))}" for k, v in s.get("engine_settings") or []],
+            *([""] if s.get("engine_settings") else []),
             _md_table(
                 ["output", "verdict", "max abs", "mean abs", "max rel", "cosine", "SNR dB", "failed criterion"],
                 [[_t(n), "PASS" if o["passed"] else "FAIL", fmt(o["metrics"]["max_abs"]),
