@@ -46,3 +46,27 @@ async def test_openvino_settings_rows_come_from_its_declaration(workdir, samples
         assert isinstance(app.screen, ChecklistScreen)
         cfg = app.state.options.config
         assert json.loads(cfg.option("mark")) == ["norm/reduce:0"] and cfg.level == "all"
+
+
+async def test_openvino_bisection_in_the_app(workdir, samples):
+    """The app runs the same checks and search with OpenVINO: the Reduce fusion
+    is named with its original nodes and the proven marking as the workaround."""
+    from bisect_tui.tui.screens.bisection import BisectionScreen
+    from bisect_tui.tui.widgets.culprit import CulpritPanel
+    from tui_helpers import wait_idle
+
+    shutil.copy(samples / "ov_rmsnorm.onnx", workdir / "ov_rmsnorm.onnx")
+    opts = TriageOptions(model=Path("ov_rmsnorm.onnx"), session_dir=Path("sess"), engine="openvino",
+                         max_memory=1 << 30, tolerance=parse_tolerance("fp32"))
+    app = make_app(opts)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await pilot.press("a")
+        await wait_idle(pilot)
+        assert app.state.states["fused"] == "failed"
+        await pilot.press("b")
+        await wait_idle(pilot)
+        assert isinstance(app.screen, BisectionScreen)
+        result = app.state.bisect.result
+        assert [c["original_nodes"] for c in result["culprits"]] == [["norm/reduce", "norm/add_eps", "norm/sqrt"]]
+        panel = str(app.screen.query_one(CulpritPanel).render())
+        assert "Reduce" in panel and "norm/add_eps" in panel and "--ov-mark norm/reduce:0" in panel
