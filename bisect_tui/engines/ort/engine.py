@@ -323,6 +323,9 @@ class OrtEngine:
             return ("add these tensors to the model's outputs to block the fusion: "
                     + ", ".join(workaround.get("marked_tensors") or []))
         if kind == "keep_fp32":
+            if workaround.get("keep_fp32"):
+                return ("convert_float_to_float16(model, keep_io_types=True, node_block_list=%r)"
+                        % (list(workaround["keep_fp32"]),))
             return "onnxruntime.transformers.float16.convert_float_to_float16(node_block_list=...)"
         return "no optimizer switch or marking restored tolerance; see the steps"
 
