@@ -340,6 +340,12 @@ class OrtEngine:
 
         return write_ort_repro(dest, spec)
 
+    def add_keepset_repro(self, bundle: Path, triage, result: dict, version: str) -> None:
+        """The FP16 keep-set repro (`keepset/` in the bundle): numpy, onnx and onnxruntime only."""
+        from bisect_tui.core.bisect.keepset_bundle import add_keepset_repro
+
+        add_keepset_repro(bundle, triage, result, version)
+
     def build(
         self,
         model_path: Path,
