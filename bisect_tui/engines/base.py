@@ -328,6 +328,10 @@ class Engine(Protocol):
         its JSON into `dest`; returns the files written."""
         ...
 
+    # Optional, looked up with getattr:
+    #   default_precision() -> Optional[str]: what the engine picks when no precision is asked
+    #   add_keepset_repro(bundle, triage, result, version): the keep-set repro (engines with a keep-set)
+
     def known_optimizers(self) -> set[str]:
         """Optimizer names the installed engine knows (learnt, not hard-coded)."""
         ...
