@@ -28,6 +28,12 @@ class TextProgress:
         if not self.enabled:
             return
         now = time.monotonic()
+        warning = (p.data or {}).get("warning")
+        if warning:  # a warning is a line of its own, never overwritten by the bar
+            self.close()
+            self.stream.write(f"bisect-tui: warning: {warning}\n")
+            self.stream.flush()
+            return
         if self.tty:
             if p.total:
                 frac = min(max(p.done / p.total, 0.0), 1.0)

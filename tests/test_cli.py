@@ -85,7 +85,7 @@ def test_presets_decide_the_verdict(samples, tmp_path, capsys):
     [
         (["check", "{tmp}/missing.onnx"], "model file not found"),
         (["check", "{tmp}/text.onnx"], "not an ONNX model"),
-        (["check", "{tmp}/dyn.onnx"], "dynamic dim 'batch'"),
+        (["check", "{tmp}/dyn.onnx"], "axis 0 'batch'"),
         (["check", "{model}", "--input", "{tmp}/wrong_dtype.npy"], "is float64, the model expects float32"),
         (["check", "{model}", "--input", "{tmp}/wrong_shape.npy"], "the model expects 1x16x64"),
         (["check", "{model}", "--disable", "GeluAproximation"], "did you mean GeluApproximation"),
