@@ -186,7 +186,7 @@ def options_from_args(args: argparse.Namespace):
 def cmd_check(args: argparse.Namespace) -> int:
     from bisect_tui.core import atomic
     from bisect_tui.core.pipeline import Triage
-    from bisect_tui.core.report import check_markdown, check_text
+    from bisect_tui.core.report import check_text
     from bisect_tui.progress_text import TextProgress
 
     opts = options_from_args(args)
@@ -197,15 +197,13 @@ def cmd_check(args: argparse.Namespace) -> int:
     finally:
         progress.close()
     print(check_text(summary))
-    triage.session.write_json("report.json", summary)
-    if args.json:
-        atomic.write_json(args.json, summary)
-    if args.report:
-        from bisect_tui.core.plots import plot_links, write_plots
+    from bisect_tui.core.bisect.command import export_session, public_json, write_report_copy
 
-        plots = write_plots(triage.session.path("plots"), summary["outputs"])
-        summary["plots"] = plot_links(plots, args.report)
-        atomic.write_text(args.report, check_markdown(summary))
+    full, _, _ = export_session(triage, summary, None, with_plots=bool(args.report))
+    if args.json:
+        atomic.write_json(args.json, public_json(full))
+    if args.report:
+        write_report_copy(full, args.report)
     return summary["exit_code"]
 
 

@@ -23,6 +23,7 @@ from bisect_tui.core.baseline import (
 )
 from bisect_tui.core.cancel import CancelToken, Progress, ProgressFn, no_progress
 from bisect_tui.core.checks import check_determinism, check_ranges
+from bisect_tui.core.commandline import command_line
 from bisect_tui.core.errors import ExitCode
 from bisect_tui.core.input_suggest import check_config_inputs
 from bisect_tui.core.inputs import (
@@ -274,7 +275,7 @@ class Triage:
             self.run_baseline()
         assert self.info and self.session and self.inputs and self.baseline
         config = config or self.opts.config
-        key = stable_key("fused/v3", self.baseline.manifest["key"], self.opts.engine, self.opts.compare_tensors,
+        key = stable_key("fused/v4", self.baseline.manifest["key"], self.opts.engine, self.opts.compare_tensors,
                          config.to_dict(), self.opts.tolerance.to_dict(), self.opts.topk)
         cached = self.session.read_json("check.json")
         if cached and cached.get("key") == key:
@@ -316,7 +317,7 @@ class Triage:
             from bisect_tui.core.bisect.probe import run_probe
 
             probe = run_probe(self, optimized, [])
-            shared = {k: probe[k] for k in ("tensors_compared", "first_failing_tensor", "worst_tensors")}
+            shared = {k: probe[k] for k in ("tensors_compared", "first_failing_tensor", "worst_tensors", "profile")}
             shared["failing"] = probe["failing_count"]
         from bisect_tui.core.checks import check_sensitivity
 
@@ -394,5 +395,7 @@ class Triage:
             "shared_tensors": self.fused.get("shared_tensors") if self.fused else None,
             "sensitivity": self.fused.get("sensitivity") if self.fused else None,
             "versions": {**versions(), **get_engine(self.opts.engine).versions()},
+            # the settings as the user types them (the report shows these, not a dict)
+            "command": {c: command_line(self.opts, c) for c in ("check", "bisect")},
         }
         return out
