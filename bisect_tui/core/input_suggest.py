@@ -34,6 +34,14 @@ TEXT_LEN = 16
 PROBE_MAX_BYTES = 1 << 30  # above this the probe would cost real time: skipped
 
 
+class InputsNeedValues(UserError):
+    """The one-line error, with the suggestion kept for the app's settings form."""
+
+    def __init__(self, text: str, suggestion: "Suggestion"):
+        super().__init__(text)
+        self.suggestion = suggestion
+
+
 @dataclass
 class DynamicDim:
     input: str
@@ -245,7 +253,7 @@ def probe_suggestion(info: ModelInfo, sug: Suggestion, shapes: dict[str, list[in
 
 
 def dynamic_inputs_error(info: ModelInfo, shapes: dict[str, list[int]], values: dict[str, InputValue],
-                         probe: bool = True) -> UserError:
+                         probe: bool = True) -> "InputsNeedValues":
     """One line naming every dynamic dim (and config input without a value), then a
     suggestion the user can paste."""
     dims = dynamic_dims(info, shapes)
@@ -276,7 +284,7 @@ def dynamic_inputs_error(info: ModelInfo, shapes: dict[str, list[int]], values: 
                else f"; probe {sug.probe}")
     hint = " ".join(sug.flags())
     reasons = "; ".join(sug.reasons)
-    return UserError(f"{text}. Try: {hint} ({reasons}{ran}); or give real inputs with --input FILE.npz")
+    return InputsNeedValues(f"{text}. Try: {hint} ({reasons}{ran}); or give real inputs with --input FILE.npz", sug)
 
 
 def check_config_inputs(info: ModelInfo, values: dict[str, InputValue],
@@ -284,8 +292,9 @@ def check_config_inputs(info: ModelInfo, values: dict[str, InputValue],
     """Refuse to guess a sample rate: the error says which value to pass."""
     missing = [s for s in needs_value(info) if s.name not in values and s.name not in ranges]
     if missing:
-        raise UserError(
+        raise InputsNeedValues(
             ", ".join(f"input '{s.name}' ({s.dtype} {s.shape_text()}) looks like a sample rate; random "
                       f"integers would be meaningless" for s in missing)
             + ". Give it with " + " ".join(f"--input-value {s.name}=16000" for s in missing)
-            + " (or the rate your data has)")
+            + " (or the rate your data has)", Suggestion(values={s.name: 16000 for s in missing},
+                                                          reasons=["looks like a sample rate"]))

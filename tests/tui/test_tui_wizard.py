@@ -57,7 +57,7 @@ async def test_full_wizard_80x24(gelu, workdir):
         assert "float64 truth" in panel and "Workaround: disable GeluApproximation" in panel
         steps = app.screen.query_one("#bis-steps", DataTable)
         assert steps.row_count == len(result["steps"]) >= 5
-        assert "✔ finished" in screen_text(app)
+        assert "✔ found the culprit" in screen_text(app)  # a search that found it is not "failed"
 
         await pilot.press("e")
         await wait_idle(pilot)
@@ -71,7 +71,7 @@ async def test_full_wizard_80x24(gelu, workdir):
 
         await pilot.press("c")  # export again and copy the Markdown (OSC 52)
         await wait_idle(pilot)
-        assert app.clipboard.startswith("# bisect-tui check") and "FastGelu" in app.clipboard
+        assert app.clipboard.startswith("# bisect-tui bisect: culprit(s) found: FastGelu") and "FastGelu" in app.clipboard
         assert "copied to the clipboard" in app.status_text
 
         await pilot.press("s")
@@ -82,7 +82,7 @@ async def test_full_wizard_80x24(gelu, workdir):
         await pilot.press("h")  # back to the checklist: the bisection row has its verdict
         await pilot.pause()
         assert isinstance(app.screen, ChecklistScreen)
-        assert "✘ failed" in prompt(app, "bisect")
+        assert "✔ found" in prompt(app, "bisect")
         await pilot.press("q")
     assert app.return_code == 0
 

@@ -15,7 +15,19 @@ from bisect_tui.core.session import now_iso
 
 
 def run_bisection(triage, max_builds: int = 200, config=None, max_culprits: int = 5) -> dict:
-    """Run (or resume) the bisection; writes bisect/result.json and returns it."""
+    """Run (or resume) the bisection; writes bisect/result.json and returns it.
+
+    A cancel at any point (search, isolation, attribution) is recorded as
+    "cancelled", so `resume` and the app's reopen see where it stopped."""
+    try:
+        return _run_bisection(triage, max_builds, config, max_culprits)
+    except Cancelled:
+        if triage.session.step_state("bisect") == "running":
+            triage.session.mark_step("bisect", "cancelled")
+        raise
+
+
+def _run_bisection(triage, max_builds: int, config, max_culprits: int) -> dict:
     if triage.fused is None:
         triage.run_fused()
     triage.session.mark_step("bisect", "running")

@@ -19,13 +19,13 @@ class StepList(OptionList):
 
     DEFAULT_CSS = """
     StepList {
-        width: 30;
+        width: 27;
         height: 1fr;
         border: round $primary-darken-2;
         border-title-color: $text;
         padding: 0;
     }
-    StepList:focus { border: round $primary; }
+    StepList:focus { border: heavy $accent; }
     """
 
     def __init__(self, **kwargs) -> None:
@@ -150,7 +150,7 @@ class LabeledSparkline(Vertical):
     DEFAULT_CSS = """
     LabeledSparkline { height: auto; margin-top: 1; }
     LabeledSparkline > .spark-title { height: 1; text-style: bold; }
-    LabeledSparkline > Sparkline { height: 2; }
+    LabeledSparkline > Sparkline { height: 3; width: 100%; }
     LabeledSparkline > .spark-axis { height: 1; }
     LabeledSparkline > .spark-axis > Label { width: 1fr; color: $text-muted; }
     LabeledSparkline > .spark-axis > .right { text-align: right; }
@@ -175,7 +175,8 @@ class StatusLine(Static):
 
     DEFAULT_CSS = """
     StatusLine {
-        height: 1;
+        height: auto;
+        max-height: 2;
         padding: 0 1;
         background: $boost;
     }
@@ -184,4 +185,5 @@ class StatusLine(Static):
 
     def show(self, text: str, error: bool = False) -> None:
         self.set_class(error, "-error")
-        self.update(Text(text.splitlines()[0] if text else "", no_wrap=True, overflow="ellipsis"))
+        # two lines at most: long statuses wrap instead of losing their end
+        self.update(Text(text.splitlines()[0] if text else "", overflow="ellipsis"))

@@ -36,7 +36,8 @@ class StepView(Vertical):
     StepView { height: auto; }
     StepView > .view-title { text-style: bold; height: 1; }
     StepView > .view-text { height: auto; }
-    StepView DataTable { height: 3; margin-top: 1; }
+    StepView DataTable { height: 3; margin-top: 1; border: round $primary-darken-3; }
+    StepView DataTable:focus { border: heavy $accent; }
     StepView .hidden { display: none; }
     """
 
@@ -58,8 +59,24 @@ class StepView(Vertical):
         pass
 
 
-def _fill(table: DataTable, columns: list[str], rows: list[list], max_height: int = 12) -> None:
+STEP_LIST_W = 27  # the checklist column (widgets/common.py)
+WHY_SIDE_W = 34  # the why panel beside the detail from 100 columns (app.tcss)
+
+
+def pane_width(app) -> int:
+    """Cells the detail pane gives a table, from the terminal width (known before
+    layout, so the hints never depend on timing)."""
+    w = app.size.width - STEP_LIST_W - 4
+    if app.size.width >= 100 and getattr(app, "why_shown", True):
+        w -= WHY_SIDE_W
+    return max(w, 20)
+
+
+def _fill(table: DataTable, columns: list[str], rows: list[list], max_height: int = 12,
+          title: str = "") -> None:
     cells = [[c if isinstance(c, Text) else T(c) for c in r] for r in rows]
+    # what the full-screen view (f) shows: every column at its full width
+    table.full_data = (title or table.border_title or "table", list(columns), cells)
     table.clear(columns=True)
     # Explicit column widths: DataTable measures new rows lazily, so its own widths
     # (and so the screen) would depend on when the screen is drawn.
@@ -68,10 +85,19 @@ def _fill(table: DataTable, columns: list[str], rows: list[list], max_height: in
         table.add_column(label, width=min(width, 40))
     for r in cells:
         table.add_row(*r)
-    # An explicit height (header + rows + a row for the horizontal scrollbar) instead of
-    # `auto`: the table's auto height is known only after it measured its new rows, so
-    # the layout would depend on timing.
-    table.styles.height = min(len(rows) + 2, max_height)
+    # An explicit height (header + rows + a row for the horizontal scrollbar + the border)
+    # instead of `auto`: the table's auto height is known only after it measured its new
+    # rows, so the layout would depend on timing.
+    table.styles.height = min(len(rows) + 4, max_height + 2)
+    widths = sum(min(max([cell_len(label)] + [c.cell_len for c in (r[i] for r in cells)]), 40) + 2
+                 for i, label in enumerate(columns))
+    hints = []
+    if widths > pane_width(table.app):
+        hints.append("←→ scroll")
+    if len(rows) > max_height - 1:
+        hints.append(f"↑↓ {len(rows)} rows")
+    hints.append("f full screen")
+    table.border_subtitle = " · ".join(hints)
 
 
 class InputsView(StepView):
@@ -94,13 +120,19 @@ class InputsView(StepView):
         if o.input_file:
             lines.append(f"inputs:  from file {show_path(o.input_file)}")
         else:
+            from bisect_tui.tui.screens.settings import shapes_text, values_text
+
             lines.append(f"inputs:  generated, seed {o.seed}, {o.samples} sample(s)"
-                         + (f", shapes {o.shapes}" if o.shapes else ""))
+                         + (f", shapes {shapes_text(o.shapes)}" if o.shapes else "")
+                         + (f", fixed {values_text(o.input_values)}" if o.input_values else ""))
         if st.inputs:
             arrays = st.inputs.get("arrays", [])
-            _fill(table, ["input", "dtype", "shape", "min", "max"],
+            table.border_title = "Inputs (how each was made)"
+            _fill(table, ["input", "dtype", "shape", "min", "max", "made as"],
                   [[a["name"], a["dtype"], "x".join(map(str, a["shape"])) or "scalar",
-                    fmt(a.get("min")), fmt(a.get("max"))] for a in arrays])
+                    fmt(a.get("min")), fmt(a.get("max")),
+                    (a.get("how") or "") + (f" values {a['values']}" if a.get("values") is not None else "")]
+                   for a in arrays])
             table.remove_class("hidden")
             ops = sorted(st.info["op_counts"].items(), key=lambda kv: (-kv[1], kv[0])) if st.info else []
             more.update(T(
@@ -109,6 +141,10 @@ class InputsView(StepView):
                 + (f", +{len(ops) - 8} more" if len(ops) > 8 else "")
                 + "\nThe exact inputs are saved as input.npz in the session: every engine gets the same data."
             ))
+        elif st.suggestion is not None:
+            table.add_class("hidden")
+            more.update(T("✘ " + st.input_error + "\n\nPress o: the settings form opens with these values "
+                          "filled in (shapes, fixed values, or an input file); enter applies, r runs."))
         else:
             table.add_class("hidden")
             more.update(T("Press r to load the model, fix the inputs and open the session."))
@@ -327,18 +363,24 @@ class ComparisonView(StepView):
     def compose_body(self) -> ComposeResult:
         from bisect_tui.tui.widgets.common import LabeledSparkline
 
+        from bisect_tui.tui.widgets.errorprofile import ErrorProfileChart
+
         yield Static("", classes="view-text", id="cmp-text")
         yield DataTable(id="cmp-table", cursor_type="row", zebra_stripes=True)
         yield Static("", classes="view-text", id="cmp-detail")
         yield LabeledSparkline(id="spark-ref")
         yield LabeledSparkline(id="spark-test")
         yield LabeledSparkline(id="spark-err")
+        yield Static(T("Error along the graph (each tensor's error / tolerance, log scale; f: full screen):",
+                       "bold"), classes="view-text", id="profile-title")
+        yield ErrorProfileChart(id="cmp-profile")
 
     def render_body(self, st: TriageState) -> None:
         text = self.query_one("#cmp-text", Static)
         table = self.query_one("#cmp-table", DataTable)
         widgets = [table, self.query_one("#cmp-detail"), self.query_one("#spark-ref"),
-                   self.query_one("#spark-test"), self.query_one("#spark-err")]
+                   self.query_one("#spark-test"), self.query_one("#spark-err"), self.query_one("#cmp-profile"),
+                   self.query_one("#profile-title")]
         f = st.fused
         self._fused = f
         if not f:
@@ -377,14 +419,31 @@ class ComparisonView(StepView):
             rows.append([short(name, 24), verdict_word(o["passed"]), failed, fmt(m["max_abs"]),
                          fmt(m["mean_abs"]), fmt(m["max_rel"]), fmt(m["cosine"], 6), fmt(m["snr_db"]),
                          ratio(o["verdict"].get("ratio"))])
+        table.border_title = "Outputs"
         _fill(table, ["output", "verdict", "failed", "max abs", "mean abs", "max rel", "cosine",
-                      "SNR dB", "x tol"], rows)
+                      "SNR dB", "x tol"], rows, title="Outputs: fused engine vs baseline")
         for w in widgets:
             w.remove_class("hidden")
+        self.query_one("#cmp-profile").show(self.profile(st))
         first_fail = next((i for i, n in enumerate(self._names) if not f["outputs"][n]["passed"]), 0)
         if first_fail:
             table.move_cursor(row=first_fail)
         self.show_output(first_fail)
+
+    def profile(self, st: TriageState):
+        """The error along the graph, with the culprit's tensors once the search found them."""
+        from bisect_tui.core.plots import ErrorProfile, culprit_tensors
+
+        if not st.fused:
+            return None
+        return ErrorProfile.from_summary(st.fused.get("shared_tensors"), culprit_tensors(st.bisect.result))
+
+    @property
+    def selected_output(self) -> Optional[str]:
+        if not self._names:
+            return None
+        row = self.query_one("#cmp-table", DataTable).cursor_row or 0
+        return self._names[min(max(row, 0), len(self._names) - 1)]
 
     def show_output(self, i: int) -> None:
         from bisect_tui.tui.widgets.common import LabeledSparkline
@@ -433,7 +492,10 @@ class BisectSummaryView(StepView):
         lines = []
         if b.result:
             r = b.result
-            lines.append(f"verdict: {r['verdict']} ({r['engine_builds']} engine builds"
+            from bisect_tui.core.report import BISECT_VERDICT
+
+            mark = {"culprits": "✔ found:", "pass": "✔"}.get(r["verdict"], "?")
+            lines.append(f"{mark} {BISECT_VERDICT.get(r['verdict'], r['verdict'])} ({r['engine_builds']} engine builds"
                          + (f", {r.get('reused_steps')} steps reused" if r.get("reused_steps") else "") + ")")
             for i, c in enumerate(r["culprits"], 1):
                 lines.append(f"culprit {i}: {c['op_type']} from {', '.join(c['optimizers']) or '?'}")
