@@ -232,7 +232,7 @@ def check_sensitivity(info: ModelInfo, session: Session, inputs: InputSet, manif
         return result
     sess = make_session(info.model, "disable")
     names = [o.name for o in sess.get_outputs()]
-    runs = [dict(zip(names, sess.run(names, {n: np.ascontiguousarray(a[k]) for n, a in feeds_all.items()})))
+    runs = [dict(zip(names, sess.run(names, {n: np.asarray(a[k], order="C") for n, a in feeds_all.items()})))
             for k in range(inputs.samples)]
     outputs = {}
     for name in names:

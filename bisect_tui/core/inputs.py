@@ -145,7 +145,8 @@ class InputSet:
         return next(iter(self.arrays.values())).shape[0] if self.arrays else 0
 
     def feeds(self, k: int) -> dict[str, np.ndarray]:
-        return {n: np.ascontiguousarray(a[k]) for n, a in self.arrays.items()}
+        # asarray, not ascontiguousarray: that one turns a scalar input (a sample rate) into shape (1,)
+        return {n: np.asarray(a[k], order="C") for n, a in self.arrays.items()}
 
     def describe(self) -> list[dict]:
         """Per input: shape, dtype, range and how it was made. Integer and bool

@@ -611,7 +611,7 @@ class BisectApp(App[int]):
             if m.suggestion is not None:  # dynamic inputs: the settings form opens with the suggestion
                 st.suggestion = m.suggestion
                 st.input_error = m.text
-                st.set("inputs", "failed", "inputs need shapes: o opens the form with a suggestion")
+                st.set("inputs", "failed", "press o")
                 self.set_status("inputs need shapes or values: press o, the form holds a suggestion that ran",
                                 error=True, refresh=False)
                 self.notify(short(m.text, 300), title="inputs", severity="warning", timeout=10)

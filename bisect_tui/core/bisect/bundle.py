@@ -104,7 +104,7 @@ def main():
     print("onnxruntime %s, level %s, precision %s, config %s, disabled %s"
           % (ort.__version__, CONFIG["level"], CONFIG["precision"], CONFIG["config_entries"], disabled))
     for k in range(samples):
-        feeds = {{n: np.ascontiguousarray(inputs[n][k]) for n in inputs.files}}
+        feeds = {{n: np.asarray(inputs[n][k], order="C") for n in inputs.files}}
         outs = dict(zip(names, sess.run(names, feeds)))
         for n in names:
             max_abs, fails = judge(expected[n][k], outs[n])

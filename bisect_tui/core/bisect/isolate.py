@@ -152,7 +152,7 @@ def isolate(triage, units: list[Unit], config, out_dir: Path) -> dict:
     res_unfused, res_truth = [], []
     truth_how = ""
     for k in range(samples):
-        feeds = {i: np.ascontiguousarray(a[k]) for i, a in stacked.items()}
+        feeds = {i: np.asarray(a[k], order="C") for i, a in stacked.items()}
         names = [o.name for o in unfused_sess.get_outputs()]
         res_unfused.append(dict(zip(names, unfused_sess.run(names, feeds))))
         truth, truth_how = float64_truth(sub, feeds)
@@ -176,7 +176,7 @@ def isolate(triage, units: list[Unit], config, out_dir: Path) -> dict:
                 "fused_worse_than_fp32": None, "outputs": {}}
     try:
         fused_map = [f.to_dict() for f in built.fused_nodes if f.is_fused]
-        res_fused = [built.run({i: np.ascontiguousarray(a[k]) for i, a in stacked.items()})
+        res_fused = [built.run({i: np.asarray(a[k], order="C") for i, a in stacked.items()})
                      for k in range(samples)]
     finally:
         built.close()

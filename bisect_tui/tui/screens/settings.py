@@ -146,11 +146,11 @@ class SettingsScreen(ModalScreen[Optional[TriageOptions]]):
             with Horizontal(classes="row"):
                 yield Label("shapes")
                 yield Input(shapes_text(shapes), id="shapes", compact=True,
-                            placeholder="x=1x3x224x224, batch=1 (input or dim name)")
+                            placeholder="e.g. x=1x3x224x224, batch=1 (an input or a dim name)")
             with Horizontal(classes="row"):
                 yield Label("fixed values")
                 yield Input(values_text(values), id="values", compact=True,
-                            placeholder="sr=16000, use_cache=false")
+                            placeholder="e.g. sr=16000 (one value fills the input)")
             with Horizontal(classes="row"):
                 yield Label("input file")
                 yield Input(str(o.input_file or ""), id="input-file", compact=True,
@@ -171,12 +171,12 @@ class SettingsScreen(ModalScreen[Optional[TriageOptions]]):
             with Horizontal(classes="row"):
                 yield Label("config entries")
                 yield Input(", ".join(f"{k}={v}" for k, v in c.config_entries), id="entries",
-                            placeholder="key=value, ... e.g. optimization.enable_gelu_approximation=1",
+                            placeholder="e.g. optimization.enable_gelu_approximation=1",
                             compact=True)
             with Horizontal(classes="row"):
                 yield Label("disable optim.")
                 yield Input(", ".join(c.disabled_optimizers), id="disabled",
-                            placeholder="optimizer names, e.g. GeluApproximation", compact=True)
+                            placeholder="e.g. GeluApproximation", compact=True)
             yield Static("Tolerance", classes="section")
             with Horizontal(classes="row"):
                 yield Label("preset")

@@ -164,8 +164,12 @@ class LabeledSparkline(Vertical):
             yield Label("", classes="right")
 
     def set(self, title: str, counts: Sequence[float], left: str = "", right: str = "") -> None:
-        self.query_one(".spark-title", Label).update(Text(title))
-        self.query_one(Sparkline).data = [float(c) for c in counts]
+        """Bar heights are log(1 + count): with linear heights the one crowded bin
+        flattens every other to nothing and the histogram looks one cell wide."""
+        import math
+
+        self.query_one(".spark-title", Label).update(Text(title + "  (bar height: log count)" if counts else title))
+        self.query_one(Sparkline).data = [math.log1p(max(float(c), 0.0)) for c in counts]
         self.query_one(".spark-axis .left", Label).update(Text(left))
         self.query_one(".spark-axis .right", Label).update(Text(right))
 
