@@ -25,30 +25,36 @@ STATUS_WORD = {
 }
 COLUMNS = [("n", "#"), ("kind", "kind"), ("region", "region"), ("marks", "marked"),
            ("builds", "builds"), ("ratio", "x tol"), ("verdict", "verdict")]
-FIXED_WIDTHS = {"n": 3, "marks": 6, "builds": 6, "ratio": 9, "verdict": 8}
+FIXED_WIDTHS = {"n": 3, "marks": 6, "builds": 6, "ratio": 8, "verdict": 8}
+NARROW = 100  # below this the "marked" count gives its room to the full pass names (f shows it)
 
 
-def step_row(st: dict, kind_w: int = 14, region_w: int = 16) -> list[Text]:
+def columns_for(width: int) -> list[tuple[str, str]]:
+    return [c for c in COLUMNS if not (c[0] == "marks" and width < NARROW)]
+
+
+def step_row(st: dict, kind_w: int = 14, region_w: int = 16, keys=None) -> list[Text]:
     """One row; the kind is never cut when it fits (`disable GeluFusionL2` vs
     `disable GeluApproximation`: which one passes is the evidence)."""
     verdict = "✔ pass" if st["passed"] else "✘ FAIL"
     if st.get("cached"):
         verdict += " ↺"
-    return [Text(str(x)) for x in (
-        st["n"], short(st["kind"], kind_w), short(st["region"], region_w), st["marks"], st["builds"],
-        ratio(st["ratio"]), verdict)]
+    cells = {"n": st["n"], "kind": short(st["kind"], kind_w), "region": short(st["region"], region_w),
+             "marks": st["marks"], "builds": st["builds"], "ratio": ratio(st["ratio"]), "verdict": verdict}
+    return [Text(str(cells[k])) for k in (keys or [c[0] for c in COLUMNS])]
 
 
 def column_widths(width: int, kinds: list[str] = (), regions: list[str] = ()) -> tuple[int, int]:
     """Widths of the kind and region columns that fit a table `width` cells wide:
     the kind gets what its longest entry needs first (the region is often just
     "whole graph"), the region the rest."""
-    fixed = sum(FIXED_WIDTHS.values()) + 7 * 2 + 4  # fixed columns, cell padding, border + scrollbar
+    keys = [k for k, _ in columns_for(width)]
+    fixed = sum(v for k, v in FIXED_WIDTHS.items() if k in keys) + len(keys) * 2 + 4  # + padding, border
     room = max(width - fixed, 24)
     want_kind = max([len(k) for k in kinds] + [12])
     want_region = max([len(r) for r in regions] + [12])
-    kind_w = min(want_kind, max(room - 11, 12))
-    region_w = max(min(room - kind_w, max(want_region, 11)), 11)
+    kind_w = min(want_kind, max(room - 9, 12))
+    region_w = max(min(room - kind_w, max(want_region, 9)), 9)
     return kind_w, region_w
 
 
@@ -110,7 +116,7 @@ class BisectionScreen(Screen):
                 self._fill_table()  # a longer kind (disable GeluApproximation): widen, never cut
                 table.move_cursor(row=table.row_count - 1)
             elif str(s["n"]) not in {str(k.value) for k in table.rows}:
-                table.add_row(*step_row(s, *self._widths), key=str(s["n"]))
+                table.add_row(*step_row(s, *self._widths, self._keys), key=str(s["n"]))
                 table.move_cursor(row=table.row_count - 1)
         self._header(b)
         self.set_class(b.status == "finished", "-finished")
@@ -120,6 +126,7 @@ class BisectionScreen(Screen):
         self.refresh_bindings()
 
     _widths = (14, 16)
+    _keys: list = [c[0] for c in COLUMNS]
 
     def _fill_table(self) -> None:
         table = self.query_one("#bis-steps", DataTable)
@@ -130,10 +137,12 @@ class BisectionScreen(Screen):
                                      [s["region"] for s in steps])
         table.clear(columns=True)
         widths = {**FIXED_WIDTHS, "kind": self._widths[0], "region": self._widths[1]}
-        for key, label in COLUMNS:
+        cols = columns_for(self.app.size.width)
+        self._keys = [k for k, _ in cols]
+        for key, label in cols:
             table.add_column(label, key=key, width=widths[key])
         for s in self.app.state.bisect.steps:
-            table.add_row(*step_row(s, *self._widths), key=str(s["n"]))
+            table.add_row(*step_row(s, *self._widths, self._keys), key=str(s["n"]))
 
     def on_resize(self) -> None:
         if self._ready:
@@ -200,13 +209,23 @@ class BisectionScreen(Screen):
         self.app.pop_screen()
 
     def action_fullscreen(self) -> None:
-        """The focused pane (steps or culprit) on the whole screen; f again restores."""
+        """The steps with every column, untruncated, on the whole screen; on the culprit
+        pane, that pane on the whole screen (f again restores)."""
         if self.has_class("-max-steps") or self.has_class("-max-culprit"):
             self.remove_class("-max-steps", "-max-culprit")
             return
         side = self.query_one("#bis-side")
         on_culprit = self.focused is not None and (self.focused is side or side in self.focused.ancestors)
-        self.add_class("-max-culprit" if on_culprit else "-max-steps")
+        if on_culprit:
+            self.add_class("-max-culprit")
+            return
+        from bisect_tui.tui.screens.fullscreen import FullScreenTable
+
+        steps = self.app.state.bisect.steps
+        rows = [step_row(s, 200, 200) for s in steps]
+        table = self.query_one("#bis-steps", DataTable)
+        self.app.push_screen(FullScreenTable("Bisection steps", [label for _, label in COLUMNS], rows,
+                                             cursor=table.cursor_row or 0))
 
 
 __all__ = ["BisectionScreen"]
