@@ -64,7 +64,8 @@ class BisectApp(App[int]):
 
     CSS_PATH = "app.tcss"
     TITLE = "bisect-tui"
-    HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (100, "-wide")]
+    # the why panel goes beside the detail only from 140 columns: at 120 the tables need the width
+    HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (140, "-wide")]
     # q and ? always fit the footer at 80 columns; the rest are in ? help and ctrl+p
     BINDINGS = [
         Binding("q", "quit_app", "Quit"),

@@ -166,12 +166,11 @@ async def test_full_screen_table_error_along_the_graph_and_wide_sparklines(gelu,
         await pilot.press("escape")
         await pilot.pause()
         assert isinstance(app.screen, ChecklistScreen)
-        if size[0] == 120:
-            before = app.screen.query_one("#detail").size.width
-            await pilot.press("w")  # the why panel out of the way: the detail gets its width
-            await pilot.pause()
-            assert not app.screen.query_one("#why-side", WhyPanel).display
-            assert app.screen.query_one("#detail").size.width >= before + 30
+        assert app.screen.query_one("#why-inline", WhyPanel).display
+        await pilot.press("w")  # the why panel out of the way
+        await pilot.pause()
+        assert not app.screen.query_one("#why-inline", WhyPanel).display
+        assert "w shows it again" in app.status_text
         await pilot.press("p")
         await wait_for(pilot, lambda: "saved" in app.status_text, what="the PNG")
         png = Path("sess") / "plots" / "mlp_residual_0.png"
@@ -227,3 +226,14 @@ async def test_tui_report_is_written_on_quit(gelu, workdir):
     r = json.loads((workdir / "check.json").read_text())
     assert r["verdict"] == "fail" and "bisect" not in r
     assert (workdir / "check.md").read_text().startswith("# bisect-tui check: FAIL")
+
+
+async def test_w_gives_the_why_panels_width_to_the_tables(gelu):
+    app = make_app(gelu)
+    async with app.run_test(size=(160, 40)) as pilot:
+        await pilot.pause()
+        before = app.screen.query_one("#detail").size.width
+        await pilot.press("w")
+        await pilot.pause()
+        assert not app.screen.query_one("#why-side", WhyPanel).display
+        assert app.screen.query_one("#detail").size.width >= before + 30

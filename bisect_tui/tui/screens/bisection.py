@@ -110,6 +110,8 @@ class BisectionScreen(Screen):
         table = self.query_one("#bis-steps", DataTable)
         if what in ("all", "bisect_reset", "bisect", "resize"):
             self._fill_table()
+            if b.status == "finished" and table.row_count:
+                table.move_cursor(row=table.row_count - 1)  # the last steps hold the proof
         elif what == "bisect_step" and b.steps:
             s = b.steps[-1]
             if len(s["kind"]) > self._widths[0]:

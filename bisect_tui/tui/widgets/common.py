@@ -168,7 +168,7 @@ class LabeledSparkline(Vertical):
         flattens every other to nothing and the histogram looks one cell wide."""
         import math
 
-        self.query_one(".spark-title", Label).update(Text(title + "  (bar height: log count)" if counts else title))
+        self.query_one(".spark-title", Label).update(Text(title + " (log count)" if counts else title))
         self.query_one(Sparkline).data = [math.log1p(max(float(c), 0.0)) for c in counts]
         self.query_one(".spark-axis .left", Label).update(Text(left))
         self.query_one(".spark-axis .right", Label).update(Text(right))

@@ -60,23 +60,37 @@ class StepView(Vertical):
 
 
 STEP_LIST_W = 27  # the checklist column (widgets/common.py)
-WHY_SIDE_W = 34  # the why panel beside the detail from 100 columns (app.tcss)
+WHY_SIDE_W = 34  # the why panel beside the detail from 140 columns (app.tcss)
 
 
 def pane_width(app) -> int:
     """Cells the detail pane gives a table, from the terminal width (known before
     layout, so the hints never depend on timing)."""
-    w = app.size.width - STEP_LIST_W - 4
-    if app.size.width >= 100 and getattr(app, "why_shown", True):
+    w = app.size.width - STEP_LIST_W - 8  # the pane's border, padding and scrollbar; the table's border
+    if app.size.width >= 140 and getattr(app, "why_shown", True):
         w -= WHY_SIDE_W
     return max(w, 20)
 
 
+def _col_width(label: str, cells: list[list[Text]], i: int) -> int:
+    return min(max([cell_len(label)] + [r[i].cell_len for r in cells]), 40)
+
+
 def _fill(table: DataTable, columns: list[str], rows: list[list], max_height: int = 12,
-          title: str = "") -> None:
+          title: str = "", optional: tuple[str, ...] = ()) -> None:
+    """Fill a table; `optional` columns (least useful first) leave the pane when
+    the rest would not fit. The full-screen view (f) always has every column."""
     cells = [[c if isinstance(c, Text) else T(c) for c in r] for r in rows]
-    # what the full-screen view (f) shows: every column at its full width
     table.full_data = (title or table.border_title or "table", list(columns), cells)
+    keep = list(range(len(columns)))
+    room = pane_width(table.app)
+    for name in optional:
+        if sum(_col_width(columns[i], cells, i) + 2 for i in keep) <= room:
+            break
+        keep.remove(columns.index(name))
+    dropped = len(columns) - len(keep)
+    columns = [columns[i] for i in keep]
+    cells = [[r[i] for i in keep] for r in cells]
     table.clear(columns=True)
     # Explicit column widths: DataTable measures new rows lazily, so its own widths
     # (and so the screen) would depend on when the screen is drawn.
@@ -89,11 +103,12 @@ def _fill(table: DataTable, columns: list[str], rows: list[list], max_height: in
     # instead of `auto`: the table's auto height is known only after it measured its new
     # rows, so the layout would depend on timing.
     table.styles.height = min(len(rows) + 4, max_height + 2)
-    widths = sum(min(max([cell_len(label)] + [c.cell_len for c in (r[i] for r in cells)]), 40) + 2
-                 for i, label in enumerate(columns))
+    widths = sum(_col_width(label, cells, i) + 2 for i, label in enumerate(columns))
     hints = []
-    if widths > pane_width(table.app):
+    if widths > room:
         hints.append("←→ scroll")
+    if dropped:
+        hints.append(f"{dropped} more column(s)")
     if len(rows) > max_height - 1:
         hints.append(f"↑↓ {len(rows)} rows")
     hints.append("f full screen")
@@ -421,7 +436,8 @@ class ComparisonView(StepView):
                          ratio(o["verdict"].get("ratio"))])
         table.border_title = "Outputs"
         _fill(table, ["output", "verdict", "failed", "max abs", "mean abs", "max rel", "cosine",
-                      "SNR dB", "x tol"], rows, title="Outputs: fused engine vs baseline")
+                      "SNR dB", "x tol"], rows, title="Outputs: fused engine vs baseline",
+              optional=("mean abs", "SNR dB", "max rel"))
         for w in widgets:
             w.remove_class("hidden")
         self.query_one("#cmp-profile").show(self.profile(st))
