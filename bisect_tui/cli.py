@@ -116,6 +116,8 @@ def build_parser() -> argparse.ArgumentParser:
     se.add_argument("--older-than", type=float, metavar="DAYS", help="prune: sessions created more than DAYS ago")
     se.add_argument("--all", action="store_true", help="prune: every session found")
     se.add_argument("--dry-run", action="store_true", help="prune: only show what would be removed")
+    se.add_argument("--include-recent", action="store_true",
+                    help="prune: also the app's recent sessions outside --dir (list always shows them)")
     return p
 
 
@@ -232,9 +234,9 @@ def cmd_tui(args: Optional[argparse.Namespace]) -> int:
 def cmd_sessions(args: argparse.Namespace) -> int:
     from bisect_tui.core import sessions_admin as sa
     from bisect_tui.core.escape import term
-    from bisect_tui.core.session import recent_sessions  # noqa: F401  (the app's recent list)
 
-    entries = sa.find_sessions(args.dir)
+    # prune acts under --dir only, unless asked: sessions elsewhere are someone's on purpose
+    entries = sa.find_sessions(args.dir, include_recent=args.action == "list" or args.include_recent)
     if args.action == "list":
         if not entries:
             print(f"no sessions under {term(args.dir)} (nor in the app's recent list)")

@@ -72,9 +72,16 @@ def test_sessions_list_sizes_and_prune_only_failed_attempts(tmp_path, monkeypatc
     left = sorted(p.name for p in base.iterdir())
     assert len(left) == 2 and any(n.startswith("vad-") for n in left) and "link-to-elsewhere" in left
     assert (other / "data.txt").read_text() == "mine"
+    # a session elsewhere (in the app's recent list) is listed, but pruned only when asked
+    elsewhere = tmp_path / "elsewhere"
+    assert run(["check", good, *VAD, "--shape", "sequence=4", "--session", elsewhere, "-q"], capsys)[0] == 0
+    code, out, _ = run(["sessions", "--dir", base], capsys)
+    assert "elsewhere" in out
     code, out, _ = run(["sessions", "prune", "--all", "--dir", base], capsys)
     assert code == 0 and not any(p.name.startswith("vad-") for p in base.iterdir())
-    assert (other / "data.txt").exists()
+    assert (other / "data.txt").exists() and (elsewhere / "session.json").exists()
+    code, out, _ = run(["sessions", "prune", "--all", "--include-recent", "--dir", base], capsys)
+    assert code == 0 and not elsewhere.exists()
 
 
 def test_is_session_refuses_links_and_foreign_json(tmp_path):
