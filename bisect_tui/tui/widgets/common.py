@@ -164,12 +164,13 @@ class LabeledSparkline(Vertical):
             yield Label("", classes="right")
 
     def set(self, title: str, counts: Sequence[float], left: str = "", right: str = "") -> None:
-        """Bar heights are log(1 + count): with linear heights the one crowded bin
-        flattens every other to nothing and the histogram looks one cell wide."""
+        """Bar heights are 1 + log(1 + count) for a non-empty bin, 0 for an empty one:
+        with linear heights the one crowded bin flattens every other to nothing and
+        the histogram looks one cell wide; this way every value seen shows."""
         import math
 
         self.query_one(".spark-title", Label).update(Text(title + " (log count)" if counts else title))
-        self.query_one(Sparkline).data = [math.log1p(max(float(c), 0.0)) for c in counts]
+        self.query_one(Sparkline).data = [1.0 + math.log1p(float(c)) if c > 0 else 0.0 for c in counts]
         self.query_one(".spark-axis .left", Label).update(Text(left))
         self.query_one(".spark-axis .right", Label).update(Text(right))
 

@@ -40,10 +40,10 @@ def profile_text(prof: Optional[ErrorProfile], width: int, height: int = 6) -> T
     for row in range(height):
         hi_y = y_max - row * step
         lo_y = hi_y - step
-        if row == 0:
-            label = f"x1e{int(round(y_max)):+d}" if y_max != 0 else "x1"
-        elif row == tol_row:
+        if row == tol_row:
             label = "x1 tol"
+        elif row == 0:
+            label = f"x1e{int(round(y_max)):+d}"
         elif row == height - 1:
             label = f"x1e{int(y_min):+d}"
         else:

@@ -488,8 +488,10 @@ class ComparisonView(StepView):
             "baseline (FP32 unfused) values", ref.get("counts", []), *edges(ref))
         self.query_one("#spark-test", LabeledSparkline).set(
             "fused engine values (same bins)", test.get("counts", []), *edges(test))
+        e = err.get("edges") or []
         self.query_one("#spark-err", LabeledSparkline).set(
-            "|fused - baseline| (log10)", err.get("counts", []), *edges(err, "1e", ""))
+            "|fused - baseline| (log10)", err.get("counts", []),
+            *((f"1e{e[0]:.1f}", f"1e{e[-1]:.1f}") if e else ("", "")))
 
     def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
         if event.data_table.id == "cmp-table":
