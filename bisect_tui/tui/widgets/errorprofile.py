@@ -30,7 +30,8 @@ def profile_text(prof: Optional[ErrorProfile], width: int, height: int = 6) -> T
         t.append("no per-tensor errors yet: they come with the comparison (the fused-graph probe)\n")
         return t
     n = len(prof.ratios)
-    cols = max(min(width - LABEL_W, n), 1)
+    # the chart always spans the width: many tensors share a column, few tensors get several
+    cols = max(width - LABEL_W, 1)
     buckets = [(b * n // cols, max((b + 1) * n // cols, b * n // cols + 1)) for b in range(cols)]
     vals = [max(_log(r) for r in prof.ratios[lo:hi]) for lo, hi in buckets]
     y_min = math.log10(RATIO_FLOOR)
@@ -59,10 +60,11 @@ def profile_text(prof: Optional[ErrorProfile], width: int, height: int = 6) -> T
             over = v > 0
             t.append(ch, style=("bold red" if over and ch not in " ┄" else ("dim" if ch == "┄" else "")))
         t.append("\n")
-    first_col = None
-    if prof.first_crossing is not None:
-        first_col = next(b for b, (lo, hi) in enumerate(buckets) if lo <= prof.first_crossing < hi)
-    culprit_cols = {b for b, (lo, hi) in enumerate(buckets) for i in prof.culprits if lo <= i < hi}
+    def first_col_of(i: int) -> int:  # a tensor spread over several columns is marked once
+        return next(b for b, (lo, hi) in enumerate(buckets) if lo <= i < hi)
+
+    first_col = first_col_of(prof.first_crossing) if prof.first_crossing is not None else None
+    culprit_cols = {first_col_of(i) for i in prof.culprits}
     marks = "".join("C" if b in culprit_cols else ("▲" if b == first_col else " ") for b in range(cols))
     t.append(" " * LABEL_W + marks.rstrip() + "\n", style="bold")
     over = sum(1 for r in prof.ratios if r > 1)
