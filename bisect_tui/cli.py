@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 from typing import Optional, Sequence
 
-from bisect_tui import __version__
+from bisect_tui import __version__, compare_cli
 from bisect_tui.core.errors import Cancelled, ExitCode, UserError
 
 EPILOG = """exit codes: 0 within tolerance / nothing to find, 1 tolerance broken / culprits found,
@@ -60,10 +60,21 @@ def _add_model_options(p: argparse.ArgumentParser) -> None:
                    help="session config entry, e.g. optimization.enable_gelu_approximation=1")
     e.add_argument("--disable", action="append", default=[], metavar="OPTIMIZER",
                    help="disable an optimizer by name (checked against the installed ORT)")
+    t = add_tolerance_options(p, "the precision's")
+    t.add_argument("--outputs-only", action="store_true",
+                   help="compare final outputs only (skip the per-tensor comparison of the fused graph)")
+    o = p.add_argument_group("output")
+    o.add_argument("--json", type=Path, metavar="FILE", help="write the result as JSON")
+    o.add_argument("--report", type=Path, metavar="FILE.md", help="write a Markdown report")
+    o.add_argument("-q", "--quiet", action="store_true", help="no progress output")
+
+
+def add_tolerance_options(p: argparse.ArgumentParser, default_preset: str) -> argparse._ArgumentGroup:
+    """The tolerance flags `check`, `bisect` and `compare` share (same names, same presets)."""
     t = p.add_argument_group("tolerance")
-    t.add_argument("--preset", help="tolerance preset: fp32, fp16, bf16, int8, article, ... (default: the precision's)")
+    t.add_argument("--preset", help=f"tolerance preset: fp32, fp16, bf16, int8, article, ... (default: {default_preset})")
     t.add_argument("--atol", type=float, metavar="X",
-                   help="absolute tolerance: |fused - baseline| <= atol + rtol*|baseline| per element "
+                   help="absolute tolerance: |test - reference| <= atol + rtol*|reference| per element "
                         "(overrides the preset's)")
     t.add_argument("--rtol", type=float, metavar="X",
                    help="relative tolerance in that per-element test (overrides the preset's)")
@@ -72,12 +83,7 @@ def _add_model_options(p: argparse.ArgumentParser) -> None:
     t.add_argument("--tol", action="append", default=[], metavar="OUTPUT:CRIT=V,...",
                    help="per-output tolerance, e.g. logits:atol=1e-3,min_cosine=0.999")
     t.add_argument("--topk", type=int, metavar="K", help="also compare top-k agreement along the last axis")
-    t.add_argument("--outputs-only", action="store_true",
-                   help="compare final outputs only (skip the per-tensor comparison of the fused graph)")
-    o = p.add_argument_group("output")
-    o.add_argument("--json", type=Path, metavar="FILE", help="write the result as JSON")
-    o.add_argument("--report", type=Path, metavar="FILE.md", help="write a Markdown report")
-    o.add_argument("-q", "--quiet", action="store_true", help="no progress output")
+    return t
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -118,6 +124,7 @@ def build_parser() -> argparse.ArgumentParser:
     se.add_argument("--dry-run", action="store_true", help="prune: only show what would be removed")
     se.add_argument("--include-recent", action="store_true",
                     help="prune: also the app's recent sessions outside --dir (list always shows them)")
+    compare_cli.add_parser(sub)
     return p
 
 
@@ -291,7 +298,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     handlers = {"check": cmd_check, "bisect": cmd_bisect, "tui": cmd_tui, "resume": cmd_resume,
-                "sessions": cmd_sessions}
+                "sessions": cmd_sessions, "compare": compare_cli.run}
     try:
         if args.command is None:
             return cmd_tui(None)
