@@ -22,6 +22,10 @@ from bisect_tui.core.errors import UserError
 from bisect_tui.core.session import recent_sessions
 
 
+VERDICT_WORDS = {"pass": "nothing to find", "culprits": "culprit found", "not_fusion": "not a fusion",
+                 "no_culprit": "no single culprit"}
+
+
 @dataclass
 class SessionEntry:
     path: Path
@@ -93,7 +97,7 @@ def describe(path: Path) -> SessionEntry:
     for s in order:
         st = steps.get(s, {}).get("state")
         if st in ("passed", "failed", "skipped"):
-            last = s if s != "bisect" else f"bisect: {steps[s].get('verdict', st)}"
+            last = s if s != "bisect" else f"bisect: {VERDICT_WORDS.get(steps[s].get('verdict'), st)}"
             if s == "fused":
                 last = f"check: {'pass' if st == 'passed' else 'fail'}"
     finished = steps.get("fused", {}).get("state") in ("passed", "failed") or \

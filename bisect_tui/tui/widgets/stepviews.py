@@ -115,6 +115,13 @@ def _fill(table: DataTable, columns: list[str], rows: list[list], max_height: in
     table.border_subtitle = " · ".join(hints)
 
 
+def _num(v, dtype: str) -> str:
+    """Integers as integers (a sample rate reads 16000, not 1.60e+04)."""
+    if v is not None and dtype.startswith(("int", "uint", "bool")):
+        return str(int(v))
+    return fmt(v)
+
+
 class InputsView(StepView):
     step = "inputs"
 
@@ -145,7 +152,7 @@ class InputsView(StepView):
             table.border_title = "Inputs (how each was made)"
             _fill(table, ["input", "dtype", "shape", "min", "max", "made as"],
                   [[a["name"], a["dtype"], "x".join(map(str, a["shape"])) or "scalar",
-                    fmt(a.get("min")), fmt(a.get("max")),
+                    _num(a.get("min"), a["dtype"]), _num(a.get("max"), a["dtype"]),
                     (a.get("how") or "") + (f" values {a['values']}" if a.get("values") is not None else "")]
                    for a in arrays])
             table.remove_class("hidden")
