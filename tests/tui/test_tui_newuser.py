@@ -237,3 +237,67 @@ async def test_w_gives_the_why_panels_width_to_the_tables(gelu):
         await pilot.pause()
         assert not app.screen.query_one("#why-side", WhyPanel).display
         assert app.screen.query_one("#detail").size.width >= before + 30
+
+
+def test_tui_command_honours_json_and_report_in_a_real_terminal(workdir):
+    """`bisect-tui tui MODEL --json F --report F.md` in a pseudo-terminal: a runs the
+    checks, q quits, and both files are written (they used to be silently ignored)."""
+    import os
+    import select
+    import shutil
+    import signal
+    import struct
+    import sys
+    import time
+
+    pty = pytest.importorskip("pty")
+    import fcntl
+    import termios
+
+    exe = shutil.which("bisect-tui", path=os.path.dirname(sys.executable))
+    assert exe, "bisect-tui is not installed next to this python"
+    argv = [exe, "tui", "transformer_block.onnx", "--ort-config", "optimization.enable_gelu_approximation=1",
+            "--session", "s", "--json", "out.json", "--report", "out.md"]
+    pid, fd = pty.fork()
+    if pid == 0:
+        os.environ["TERM"] = "xterm-256color"
+        os.execv(exe, argv)
+    fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 80, 0, 0))
+    out, state, end = b"", "start", time.time() + 180
+    while time.time() < end and state != "quit":
+        ready, _, _ = select.select([fd], [], [], 0.2)
+        if ready:
+            try:
+                chunk = os.read(fd, 65536)
+            except OSError:
+                break
+            if not chunk:
+                break
+            out += chunk
+        if state == "start" and b"Checklist" in out:
+            time.sleep(0.5)
+            os.write(fd, b"a")
+            state = "running"
+        elif state == "running" and (workdir / "s" / "check.json").exists() and b"op at fault" in out:
+            time.sleep(1.0)  # the status line says the comparison is done: q
+            os.write(fd, b"q")
+            state = "quit"
+    if state != "quit":
+        os.kill(pid, signal.SIGKILL)
+    while True:  # drain until the child closes the terminal
+        ready, _, _ = select.select([fd], [], [], 5)
+        if not ready:
+            break
+        try:
+            if not os.read(fd, 65536):
+                break
+        except OSError:
+            break
+    _, status = os.waitpid(pid, 0)
+    os.close(fd)
+    assert state == "quit", out[-2000:]
+    assert os.waitstatus_to_exitcode(status) == 0
+    r = json.loads((workdir / "out.json").read_text())
+    assert r["verdict"] == "fail" and r["failing_outputs"] == ["mlp/residual:0"]
+    assert (workdir / "out.md").read_text().startswith("# bisect-tui check: FAIL")
+    assert (workdir / "out-plots" / "error-along-graph.png").is_file()
