@@ -105,3 +105,30 @@ def test_every_option_has_help():
     text = subs.choices["check"].format_help()
     for flag in ("--atol X", "--rtol X", "--min-cosine X", "--input-value NAME=VALUE"):
         assert flag in text
+
+
+def test_plots_take_model_names_with_dollar_signs(tmp_path):
+    """`$` starts matplotlib mathtext (an unbalanced one raises): names are data."""
+    from bisect_tui.core.plots import ErrorProfile, error_profile_png, value_histograms
+
+    prof = ErrorProfile(["a$b", "x$$y$", "c"], ["Mul", "Add", "Relu"], [0.1, 3.0, 5.0], 1, [2])
+    error_profile_png(tmp_path / "p.png", prof)
+    o = {"metrics": {"ref_hist": {"edges": [0, 1, 2], "counts": [1, 2]},
+                     "test_hist": {"edges": [0, 1, 2], "counts": [2, 1]}, "error_hist": {}}, "passed": False}
+    assert value_histograms(tmp_path / "h.png", "out$put$$", o)
+    assert (tmp_path / "p.png").read_bytes()[:4] == b"\x89PNG" == (tmp_path / "h.png").read_bytes()[:4]
+
+
+def test_error_profile_text_marks_the_jump():
+    from bisect_tui.core.plots import ErrorProfile
+    from bisect_tui.tui.widgets.errorprofile import profile_text
+
+    prof = ErrorProfile([f"t{i}" for i in range(6)], ["Add"] * 6, [0, 1e-3, 1e-2, 40.0, 50.0, 60.0], 3, [3])
+    text = profile_text(prof, 40, 6).plain
+    lines = text.splitlines()
+    assert any(line.startswith("x1 tol") and "┄" in line for line in lines)
+    marks = lines[6]
+    assert marks.strip() == "C"  # the culprit's tensor, at the first crossing
+    assert marks.index("C") == 7 + 17  # tensor #3 starts at column ceil(3 * 33 / 6) of 33
+    assert "▲ first crossing: #3 t3 (Add, x40 of the tolerance)" in text
+    assert "3 above the tolerance" in text

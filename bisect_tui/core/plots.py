@@ -68,6 +68,14 @@ def plot_links(plots: dict[str, str], report_path: Path) -> dict[str, str]:
     return {name: os.path.relpath(Path(path).resolve(), base).replace(os.sep, "/") for name, path in plots.items()}
 
 
+def _plain(text: str, n: int = 40) -> str:
+    """Model-supplied text for a matplotlib label: `$` would start mathtext (and an
+    unbalanced one raises), so it is escaped; controls are shown, not sent."""
+    from bisect_tui.core.escape import term
+
+    return term(str(text)[:n]).replace("$", r"\$")
+
+
 def _plt():
     import matplotlib
 
@@ -103,7 +111,7 @@ def value_histograms(path: Path, name: str, o: dict) -> bool:
     _bars(a1, ref, "baseline (FP32, unfused)")
     if test.get("counts"):
         _bars(a1, test, "fused engine")
-    a1.set_title(f"{name[:40]}: values")
+    a1.set_title(f"{_plain(name)}: values")
     a1.legend(fontsize=7)
     if err.get("counts"):
         _bars(a2, err, "error", color="tab:red", alpha=0.7)
@@ -128,7 +136,7 @@ def error_profile_png(path: Path, prof: ErrorProfile) -> None:
     if prof.first_crossing is not None:
         i = prof.first_crossing
         ax.axvline(i, color="tab:orange", linewidth=1.2,
-                   label=f"first crossing: #{i} {prof.tensors[i][:40]}")
+                   label=f"first crossing: #{i} {_plain(prof.tensors[i])}")
     if prof.culprits:
         ax.scatter(prof.culprits, [ys[i] * 1.6 for i in prof.culprits], marker="v", color="tab:purple",
                    zorder=3, label="made by the culprit")

@@ -11,6 +11,7 @@ from typing import Optional
 from rich.text import Text
 from textual.widgets import Static
 
+from bisect_tui.core.escape import term
 from bisect_tui.core.plots import RATIO_FLOOR, ErrorProfile
 
 EIGHTHS = " ▁▂▃▄▅▆▇█"
@@ -71,10 +72,10 @@ def profile_text(prof: Optional[ErrorProfile], width: int, height: int = 6) -> T
     t.append(f"{n} tensors in topological order, {over} above the tolerance (bars above ┄).", style="")
     if prof.first_crossing is not None:
         i = prof.first_crossing
-        t.append(f"\n▲ first crossing: #{i} {prof.tensors[i]} ({prof.op_types[i]}, "
+        t.append(f"\n▲ first crossing: #{i} {term(prof.tensors[i])} ({term(prof.op_types[i])}, "
                  f"x{prof.ratios[i]:.3g} of the tolerance)")
     if prof.culprits:
-        t.append(f"\nC made by the culprit: {', '.join(prof.tensors[i] for i in prof.culprits[:3])}")
+        t.append(f"\nC made by the culprit: {', '.join(term(prof.tensors[i]) for i in prof.culprits[:3])}")
     return t
 
 
