@@ -228,7 +228,8 @@ def environment_md(s: dict) -> str:
 MAX_TABLE_ROWS = 300  # longer tables say how many rows are left and where they are
 
 
-def check_markdown(s: dict, title: Optional[str] = None, base: Optional[Path] = None) -> str:
+def check_markdown(s: dict, title: Optional[str] = None, base: Optional[Path] = None,
+                   command: str = "check") -> str:
     """The report as Markdown that can be pasted into a bug tracker as is: paths
     relative to `base` (the report's folder), the settings as a command line,
     plots referenced by file name (they travel in bundle.zip under plots/)."""
@@ -244,7 +245,7 @@ def check_markdown(s: dict, title: Optional[str] = None, base: Optional[Path] = 
         f"- tolerance: {md(tolerance_text(s['tolerance']))}",
         "",
     ]
-    cmd = (s.get("command") or {}).get("bisect" if title and "bisect" in title else "check")
+    cmd = (s.get("command") or {}).get(command)
     if cmd:
         parts += ["How it was run (the same command reproduces it; the session is reused):", "", "```sh",
                   cmd, "```", ""]
@@ -423,7 +424,8 @@ def bisect_title(b: dict) -> str:
 
 def bisect_markdown(s: dict, base: Optional[Path] = None) -> str:
     b = s["bisect"]
-    parts = [check_markdown(s, title=bisect_title(b), base=base).rstrip().rsplit("\n**Verdict", 1)[0], "",
+    parts = [check_markdown(s, title=bisect_title(b), base=base, command="bisect").rstrip().rsplit("\n**Verdict", 1)[0],
+             "",
              f"## Bisection: {BISECT_VERDICT[b['verdict']]}",
              f"{b['engine_builds']} engine builds, searched at optimization level `{b.get('level')}` "
              f"over {len(b.get('units', []))} fused nodes.", ""]
