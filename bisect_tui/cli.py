@@ -60,6 +60,9 @@ def _add_model_options(p: argparse.ArgumentParser) -> None:
                    help="session config entry, e.g. optimization.enable_gelu_approximation=1")
     e.add_argument("--disable", action="append", default=[], metavar="OPTIMIZER",
                    help="disable an optimizer by name (checked against the installed ORT)")
+    e.add_argument("--keep-fp32", action="append", default=[], metavar="NODE",
+                   help="with --precision fp16: keep this original node in FP32 (a keep-set that "
+                        "`bisect` finds for you)")
     t = add_tolerance_options(p, "the precision's")
     t.add_argument("--outputs-only", action="store_true",
                    help="compare final outputs only (skip the per-tensor comparison of the fused graph)")
@@ -167,6 +170,7 @@ def options_from_args(args: argparse.Namespace):
         precision=args.precision,
         config_entries=_kv_list(args.ort_config, "--ort-config"),
         disabled_optimizers=disabled,
+        keep_fp32=tuple(sorted(set(args.keep_fp32))),
     )
     preset = args.preset or ("fp16" if args.precision == "fp16" else "fp32")
     tolerance = parse_tolerance(preset, args.atol, args.rtol, args.min_cosine, args.tol)

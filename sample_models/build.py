@@ -409,6 +409,144 @@ def passing_stack():
     }
 
 
+def gelu_bias():
+    seq, d = 8, 32
+    g = Graph("gelu_bias", seed=808)
+    x = g.input("x", [1, seq, d])
+    h = layernorm(g, "ln", x, d)
+    h = g.op("Mul", "pre/gain", [h, g.const("pre/gain_value", np.float32(GELU_FC_STD))])
+    h = g.op("Add", "pre/bias", [h, g.weight("pre/b", (d,), 0.3)])
+    a, gn = gelu(g, "gelu", h)
+    y = linear(g, "out", a, d, d, w_std=1.0 / math.sqrt(d))
+    g.output(y, [1, seq, d])
+    desc = ("LayerNorm -> gain -> bias Add -> erf-Gelu -> linear. With the Gelu approximation, ORT fuses the "
+            "bias Add and the Gelu into one FastGelu (BiasGeluFusion, then GeluApproximation). Disabling the "
+            "first pass that attribution finds (BiasGeluFusion) does not help: GeluFusion+GeluApproximation then "
+            "fuse the Gelu nodes alone into a FastGelu just as wrong, a second culprit hidden behind the first. "
+            "No FastGelu node name carries an optimizer tag on 1.32, so attribution needs group testing.")
+    return g.model(desc), {
+        "description": desc,
+        "preset": "fp32",
+        "passes_with": engine("all"),
+        "breaks_with": engine("all", "fp32", GELU_APPROX),
+        "lowest_breaking_level": "extended",
+        "culprit_op_type": "FastGelu",
+        "expected_culprits": [["pre/bias"] + gn, gn],
+        "expected_passes": ["BiasGeluFusion", "GeluApproximation"],
+        "expected_workaround": ["GeluApproximation"],
+        "class": "hidden_culprit",
+    }
+
+
+def amplifying_stack():
+    g, culprits = _stack("amplifying_stack", 7, 40, {25})
+    desc = ("40 blocks like deep_stack (Relu everywhere except an erf-Gelu in block 25): deep enough that a "
+            "1-ulp input change already moves the FP32 outputs past the tolerance, so every default fusion "
+            "(Gemm, LayerNormalization) breaks it too. Judged alone against float64, only the FastGelu made "
+            "by the Gelu approximation is far worse than FP32; the other fused nodes reorder rounding only.")
+    return g.model(desc), {
+        "description": desc,
+        "preset": "fp32",
+        "passes_with": engine("disable"),
+        "breaks_with": engine("all", "fp32", GELU_APPROX),
+        "lowest_breaking_level": "basic",
+        "culprit_op_type": "FastGelu",
+        "expected_culprits": culprits,
+        "expected_passes": ["GeluApproximation"],
+        "class": "amplifying",
+    }
+
+
+def conv_bn_fp16():
+    g = Graph("conv_bn_fp16", seed=1111)
+    x = g.input("image", [1, 3, 16, 16])
+    t = g.op("Mul", "pre/scale", [x, g.const("pre/inv255", np.float32(1.0 / 255.0))])
+    c = 8
+    w = g.weight("stem/conv/W", (c, 3, 3, 3), 8.0)
+    t = g.op("Conv", "stem/conv", [t, w, g.weight("stem/conv/b", (c,), 0.01)], pads=[1, 1, 1, 1],
+             kernel_shape=[3, 3])
+    gamma = np.ones(c)
+    gamma[[2, 5]] = 1.0e4  # two channels with a large learnt scale
+    t = g.op("BatchNormalization", "stem/bn",
+             [t, g.const("stem/bn/scale", gamma), g.const("stem/bn/bias", np.zeros(c)),
+              g.const("stem/bn/mean", np.zeros(c)), g.const("stem/bn/var", np.ones(c))], epsilon=1e-5)
+    t = g.op("Relu", "stem/relu", [t])
+    t = g.op("GlobalAveragePool", "head/gap", [t])
+    y = g.op("Flatten", "head/flatten", [t], axis=1)
+    g.output(y, [1, c])
+    desc = ("Input scaling (1/255), Conv, BatchNormalization with a large scale on two channels, Relu, "
+            "global average pool. In FP16, ORT's ConvBNFusion (a rewrite rule at level basic) folds the BN "
+            "scale into the conv weights in FP16: 8 x 1e4 overflows to inf and those channels become NaN. "
+            "The unfused FP16 engine keeps the conv weights and BN scale apart and passes. The fused node "
+            "keeps the original name `stem/conv` (no optimizer tag), so attribution needs group testing.")
+    return g.model(desc), {
+        "description": desc,
+        "preset": "fp16",
+        "passes_with": engine("all", "fp32"),
+        "also_passes_with": [engine("disable", "fp16")],
+        "breaks_with": engine("all", "fp16"),
+        "expected_culprits": [["stem/conv", "stem/bn"]],
+        "expected_passes": ["ConvBNFusion"],
+        "class": "untagged_pass",
+    }
+
+
+KEEPSET = {"tiny_std": 4e-7, "scale": 1e5}
+
+
+def fp16_keepset():
+    seq, d = 16, 32
+    g = Graph("fp16_keepset", seed=909)
+    t = g.input("x", [1, seq, d])
+    for i in range(3):
+        t = linear(g, f"blk{i}", t, d, d, w_std=1.0 / math.sqrt(d))
+        t = g.op("Relu", f"blk{i}/relu", [t])
+    # A side branch with weights FP16 cannot hold: tiny ones (subnormal in FP16)
+    # undone by a large constant gain (above FP16's max 65504).
+    s = g.op("MatMul", "side/matmul", [t, g.weight("side/W", (d, d), KEEPSET["tiny_std"])])
+    s = g.op("Mul", "side/gain", [s, g.const("side/gain_value", np.float32(KEEPSET["scale"]))])
+    y = g.op("Add", "out/residual", [t, s])
+    g.output(y, [1, seq, d])
+    desc = ("3 x (MatMul+Add -> Relu) and a side branch whose weights are ~4e-7 (subnormal in FP16) times a "
+            "constant gain of 1e5 (above FP16's max). FP16 fails with every fusion blocked too (not a fusion); "
+            "keeping exactly side/matmul and side/gain in FP32 (the FP16 converter's node_block_list) passes, "
+            "either one alone does not.")
+    return g.model(desc), {
+        "description": desc,
+        "preset": "fp16",
+        "passes_with": engine("all", "fp32"),
+        "breaks_with": engine("all", "fp16"),
+        "expected_culprits": [],
+        "expected_keep_fp32": ["side/gain", "side/matmul"],
+        "class": "precision",
+    }
+
+
+def hann_fp16():
+    n = 64
+    g = Graph("hann_fp16", seed=1010)
+    x = g.input("frames", [4, n])
+    size = g.const("window/size", np.array(n, dtype=np.int64))
+    w = g.op("HannWindow", "window/hann", [size], periodic=1, output_datatype=TensorProto.FLOAT)
+    t = g.op("Mul", "window/apply", [x, w])
+    y = linear(g, "proj", t, n, 16, w_std=1.0 / math.sqrt(n))
+    g.output(y, [4, 16])
+    desc = ("An audio front end: frames times a HannWindow, then a projection. The FP16 engine does not even "
+            "build on onnxruntime 1.32: convert_float_to_float16 retypes the window's output to float16 but "
+            "leaves HannWindow's output_datatype attribute at float, and ORT rejects the model with a Type "
+            "Error. The FP32 baseline runs. Keeping window/hann in FP32 builds and passes.")
+    return g.model(desc), {
+        "description": desc,
+        "preset": "fp16",
+        "passes_with": engine("all", "fp32"),
+        "breaks_with": engine("all", "fp16"),
+        "expected_culprits": [],
+        "expected_error": {"kind": "build_error", "contains": "Type Error"},
+        "expected_keep_fp32": ["window/hann"],
+        "class": "build_error",
+    }
+
+
 BUILDERS = {
     "transformer_block.onnx": transformer_block,
     "cnn.onnx": cnn,
@@ -417,6 +555,11 @@ BUILDERS = {
     "two_culprits.onnx": two_culprits,
     "branchy.onnx": branchy,
     "passing_stack.onnx": passing_stack,
+    "gelu_bias.onnx": gelu_bias,
+    "amplifying_stack.onnx": amplifying_stack,
+    "conv_bn_fp16.onnx": conv_bn_fp16,
+    "fp16_keepset.onnx": fp16_keepset,
+    "hann_fp16.onnx": hann_fp16,
 }
 
 TOLERANCES = {

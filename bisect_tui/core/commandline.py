@@ -50,6 +50,8 @@ def command_argv(opts, command: str = "check", model_name: Optional[str] = None)
         argv += ["--ort-config", f"{k}={v}"]
     for n in c.disabled_optimizers:
         argv += ["--disable", n]
+    for n in getattr(c, "keep_fp32", ()):
+        argv += ["--keep-fp32", n]
     tol = opts.tolerance.default
     base = tol.name.split("+", 1)[0]
     default_preset = "fp16" if c.precision == "fp16" else "fp32"

@@ -36,5 +36,24 @@ class EnvironmentFault(UserError):
         super().__init__(message, ExitCode.ENVIRONMENT)
 
 
+class EngineBuildError(UserError):
+    """The engine under test refused to build a model the baseline runs.
+
+    Raised by engines (never made up elsewhere): with the baseline running,
+    such an error is the finding a bisection starts from, not bad input."""
+
+    kind = "build_error"
+
+    def __init__(self, message: str, engine_message: str = ""):
+        super().__init__(message)
+        self.engine_message = engine_message or message
+
+
+class EngineRunError(EngineBuildError):
+    """The engine built but failed while running on the baseline's inputs."""
+
+    kind = "run_error"
+
+
 class Cancelled(Exception):
     """Raised inside core work when its cancel token is set."""

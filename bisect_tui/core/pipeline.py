@@ -24,7 +24,7 @@ from bisect_tui.core.baseline import (
 from bisect_tui.core.cancel import CancelToken, Progress, ProgressFn, no_progress
 from bisect_tui.core.checks import check_determinism, check_ranges
 from bisect_tui.core.commandline import command_line
-from bisect_tui.core.errors import ExitCode
+from bisect_tui.core.errors import EngineBuildError, ExitCode
 from bisect_tui.core.input_suggest import check_config_inputs
 from bisect_tui.core.inputs import (
     InputSet,
@@ -288,7 +288,12 @@ class Triage:
         self.cancel.check()
         workdir = self.engine_dir(config)
         workdir.mkdir(parents=True, exist_ok=True)
-        built = self.engine.build(self.session.model_path, config, (), workdir)
+        try:
+            built = self.engine.build(self.session.model_path, config, (), workdir)
+        except EngineBuildError as exc:
+            # The baseline ran, the engine under test did not: that is the
+            # failure the user came with, a finding for the bisection.
+            return self._fused_failed(key, config, exc, t0)
         try:
             build_s = time.perf_counter() - t0
             per_sample = []
@@ -299,6 +304,8 @@ class Triage:
             fused_nodes = [n.to_dict() for n in built.fused_nodes]
             atomic.write_json(workdir / "fused_nodes.json", fused_nodes)
             optimized = str(built.optimized_model_path) if built.optimized_model_path else None
+        except EngineBuildError as exc:
+            return self._fused_failed(key, config, exc, t0)
         finally:
             built.close()
         from bisect_tui.core.bisect.judge import OutputJudge
@@ -345,6 +352,33 @@ class Triage:
         self.session.write_json("check.json", result)
         self.fused = result
         self.session.mark_step("fused", "passed" if passed else "failed")
+        return result
+
+    def _fused_failed(self, key: str, config: EngineConfig, exc, t0: float) -> dict:
+        """check.json for an engine that failed to build or run (kind and the
+        engine's own message), judged failed like a broken tolerance."""
+        assert self.session and self.info
+        result = {
+            "key": key,
+            "checked_at": now_iso(),
+            "engine": self.opts.engine,
+            "sensitivity": None,
+            "config": config.to_dict(),
+            "passed": False,
+            "error": {"kind": exc.kind, "message": exc.engine_message, "summary": str(exc)},
+            "outputs": {},
+            "failing_outputs": list(self.info.outputs),
+            "fused_nodes": [],
+            "shared_tensors": None,
+            "optimized_nodes": 0,
+            "original_nodes": self.info.node_count,
+            "optimized_model": None,
+            "build_seconds": time.perf_counter() - t0,
+            "seconds": time.perf_counter() - t0,
+        }
+        self.session.write_json("check.json", result)
+        self.fused = result
+        self.session.mark_step("fused", "failed", error=exc.kind)
         return result
 
     # the whole checklist ------------------------------------------------------
@@ -394,6 +428,7 @@ class Triage:
             "fused_nodes": self.fused["fused_nodes"] if self.fused else [],
             "shared_tensors": self.fused.get("shared_tensors") if self.fused else None,
             "sensitivity": self.fused.get("sensitivity") if self.fused else None,
+            "engine_error": self.fused.get("error") if self.fused else None,
             "versions": {**versions(), **get_engine(self.opts.engine).versions()},
             # the settings as the user types them (the report shows these, not a dict)
             "command": {c: command_line(self.opts, c) for c in ("check", "bisect")},

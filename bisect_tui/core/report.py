@@ -12,7 +12,7 @@ import re
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
-from bisect_tui.core.escape import md, md_code, md_image
+from bisect_tui.core.escape import md, md_code, md_image, term
 
 VERDICT_TEXT = {
     "pass": "PASS: the fused engine is within tolerance",
@@ -161,6 +161,9 @@ def output_line(name: str, o: dict) -> str:
             f"max_rel {fmt(m['max_rel'])}, cosine {cos_text(m['cosine'])}, snr {fmt(m['snr_db'])} dB")
     if not o["passed"]:
         line += f"\n         {o['summary']}"
+    for note in (o.get("verdict") or {}).get("skipped", []):
+        if "essentially zero" in note:  # say which criterion decided when cosine was set aside
+            line += f"\n         decided by atol/rtol: {note}"
     return line
 
 
@@ -184,6 +187,10 @@ def check_text(s: dict) -> str:
             + f"; {len(s['fused_nodes'])} fused node(s)"
         )
         lines.append(f"tolerance: {tolerance_text(s['tolerance'])}")
+        err = s.get("engine_error")
+        if err:
+            what = "failed to build" if err["kind"] == "build_error" else "failed while running"
+            lines.append(f"fused engine {what} (the baseline runs): {term(err['message'])}")
         for name, o in s["outputs"].items():
             lines.append(output_line(name, o))
         sens_line = sensitivity_text(s.get("sensitivity"))
@@ -357,19 +364,41 @@ BISECT_VERDICT = {
 
 def culprit_lines(c: dict, i: int) -> list[str]:
     iso = c["isolated"]
+    if c.get("kind") in ("build_error", "run_error") and not c.get("fused_node"):
+        what = "does not build" if c["kind"] == "build_error" else "fails while running"
+        return [
+            f"culprit {i} ({c['kind']}): the fused engine {what}: {term(c['engine_error']['message'])}",
+            f"  caused by the precision of original node(s): {term(', '.join(c['original_nodes']))} "
+            f"({term(c['op_type'])}); kept in FP32 the engine builds and passes (see keep-set)",
+        ]
     lines = [
-        f"culprit {i}: {c['op_type']} '{c['fused_node']}'"
-        + (" (an interaction: these fusions fail only together)" if c["interaction"] else ""),
-        f"  replaces original nodes: {', '.join(c['original_nodes'])}",
+        f"culprit {i}: {term(c['op_type'])} '{term(c['fused_node'])}'"
+        + (" (an interaction: these fusions fail only together)" if c["interaction"] else "")
+        + (f" [{c['kind']}]" if c.get("kind") in ("build_error", "run_error") else ""),
+        f"  replaces original nodes: {term(', '.join(c['original_nodes']))}",
         f"  made by optimizer(s): {', '.join(c['optimizers']) or 'unknown'}"
-        + (" (confirmed: disabling removes the fused node)" if c["attribution"]["confirmed"] else ""),
+        + (" (confirmed: disabling removes the fused node)" if c["attribution"]["confirmed"] else "")
+        + (f"; found by {c['attribution']['how']}" if (c["attribution"].get("group_test") or {}).get("found") else ""),
     ]
+    gt = c["attribution"].get("group_test") or {}
+    if gt.get("engine_log_modified"):
+        lines.append(f"  ORT's own log, passes that modified the subgraph: {', '.join(gt['engine_log_modified'])}"
+                     + (" (agrees)" if gt.get("engine_log_agrees") else
+                        f" ({gt['engine_log_note']})" if gt.get("engine_log_note") else
+                        " (does not list the pass found)" if gt.get("found") else ""))
+    if c.get("exposed_by"):
+        lines.insert(1, f"  exposed by disabling {', '.join(c['exposed_by'])}: another pass then fuses "
+                        "these nodes just as wrongly")
+    if c.get("engine_error"):
+        lines.insert(1, f"  the engine's message: {term(c['engine_error']['message'])}")
     if iso.get("build_error"):
         lines.append(f"  in isolation the fused subgraph does not even build: {iso['build_error']}")
     for name, o in iso["outputs"].items():
         fu = o["fused_vs_unfused"]
         line = f"  in isolation on the baseline's own inputs, {name}: fused vs unfused max_abs {fmt(fu['max_abs'])}"
-        if "fused_vs_truth" in o:
+        if o.get("fused_nonfinite"):
+            line += f"; the fused result has {o['fused_nonfinite']} NaN/Inf value(s) where the float64 truth is finite"
+        elif "fused_vs_truth" in o:
             line += (f"; vs float64 truth: fused {fmt(o['fused_vs_truth']['max_abs'])}, "
                      f"unfused FP32 {fmt(o['unfused_vs_truth']['max_abs'])} "
                      f"({fmt(o['error_ratio'])}x the FP32 error{', fused is worse' if o['fused_worse'] else ''})")
@@ -406,10 +435,25 @@ def bisect_text(s: dict) -> str:
                      f"(max_abs {fmt(fe['max_abs'])}); {w['how']}")
     elif w and w.get("kind") == "mark_outputs":
         lines.append(f"workaround: {w['how']}")
+    elif w and w.get("best_effort"):
+        be = w["best_effort"]
+        lines.append(f"workaround: disable {', '.join(be['disabled_optimizers'])} -> the full engine goes from "
+                     f"x{fmt(be['ratio_before'])} to x{fmt(be['ratio'])} of tolerance; it still fails because "
+                     f"{be['why_not_passing']}")
     elif w:
         lines.append(f"workaround: none found ({w['how']})")
     if b.get("explanation"):
         lines.append(b["explanation"])
+    lj = b.get("local_judgement")
+    if lj:
+        from bisect_tui.core.bisect.local_judgement import summary_line
+
+        lines.append(summary_line(lj))
+        for r in sorted((r for r in lj["units"] if r.get("ratio") is not None), key=lambda r: -r["ratio"])[:5]:
+            lines.append(f"  {term(r['op_type'])} '{term(r['fused_node'])}': fused error {fmt(r['ratio'])}x the "
+                         f"FP32 error -> {r['verdict']}")
+    lines += evidence_lines(b.get("evidence"))
+    lines += precision_lines(b.get("precision"))
     if b.get("stopped_reason"):
         lines.append(b["stopped_reason"])
     return "\n".join(lines)
@@ -420,6 +464,37 @@ def bisect_title(b: dict) -> str:
     names = "; ".join(f"{c['op_type']} ({', '.join(c['optimizers']) or 'optimizer unknown'})"
                       for c in b.get("culprits") or [])
     return f"# bisect-tui bisect: {md(words)}" + (f": {md(names)}" if names else "")
+
+
+def evidence_lines(ev) -> list[str]:
+    """Where the error starts when fusion is not the cause (model text escaped)."""
+    if not ev or not ev.get("node"):
+        return []
+    ins = "; ".join(
+        f"{term(r['tensor'])} initializer" if r.get("initializer") else
+        f"{term(r['tensor'])} in [{fmt(r['min'])}, {fmt(r['max'])}]" for r in ev.get("input_ranges", []))
+    lines = [f"evidence: the first tensor out of tolerance is {term(ev['first_failing_tensor'])}, made by "
+             f"{term(ev['op_type'])} '{term(ev['node'])}'" + (f"; its inputs: {ins}" if ins else "")]
+    for w in ev.get("weight_findings", []):
+        lines.append(f"  weight {term(w['initializer'])}: {w['finding']}")
+    for r in ev.get("range_findings", []):
+        lines.append(f"  range check: {term(r['tensor'])} abs max {fmt(r.get('abs_max'))}")
+    return lines
+
+
+def precision_lines(p) -> list[str]:
+    if not p:
+        return []
+    if not p.get("passed"):
+        return [f"keep-set: none found in {p['builds']} builds ({p.get('explanation', 'see steps')})"]
+    m = p["metrics"]
+    return [
+        f"keep-set: keep {len(p['keep_fp32'])} of {p['candidates']} original node(s) in FP32 -> full engine "
+        f"passes (x{fmt(m['ratio'])} of tolerance, max_abs {fmt(m['max_abs'])}); {p['builds']} builds",
+        f"  nodes: {term(', '.join(p['keep_fp32']))}",
+        f"  setting: {term(p['setting'])}",
+        f"  bisect-tui: {term(p['cli'])}",
+    ]
 
 
 def bisect_markdown(s: dict, base: Optional[Path] = None) -> str:
@@ -447,6 +522,22 @@ def bisect_markdown(s: dict, base: Optional[Path] = None) -> str:
         parts += [b["explanation"], ""]
     if b.get("stopped_reason"):
         parts += [f"**Stopped early:** {b['stopped_reason']}", ""]
+    lj = b.get("local_judgement")
+    if lj:
+        from bisect_tui.core.bisect.local_judgement import summary_line
+
+        rows = sorted((r for r in lj["units"] if r.get("ratio") is not None), key=lambda r: -r["ratio"])
+        parts += ["### Local judgement (each fused node alone vs float64)", summary_line(lj), "",
+                  _md_table(["fused node", "op", "fused / FP32 error", "verdict"],
+                            [[md_code(r["fused_node"]), md(r["op_type"]), fmt(r["ratio"]), r["verdict"]]
+                             for r in rows[:30]]), ""]
+    if (b.get("evidence") or {}).get("node"):
+        parts += ["### Where the error starts", "```", *evidence_lines(b["evidence"]), "```", ""]
+    p = b.get("precision")
+    if p:
+        parts += ["### Keep-set: nodes to keep in FP32", "```", *precision_lines(p), "```", ""]
+        if p.get("seeds"):
+            parts += [_md_table(["seed", "why"], [[md_code(r["node"]), md(r["why"])] for r in p["seeds"]]), ""]
     parts += ["### Steps", _md_table(
         ["step", "kind", "region", "marked", "builds", "x tolerance", "max abs", "verdict"],
         [[st["n"], st["kind"], st["region"], st["marks"], st["builds"], fmt(st["ratio"]), fmt(st["max_abs"]),

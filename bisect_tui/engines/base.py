@@ -32,21 +32,33 @@ class EngineConfig:
     config_entries: tuple[tuple[str, str], ...] = ()
     disabled_optimizers: tuple[str, ...] = ()
     providers: tuple[str, ...] = ("CPUExecutionProvider",)
+    # original node names kept in FP32 when precision is reduced (the keep-set);
+    # the ORT engine passes them to the FP16 converter's node block list
+    keep_fp32: tuple[str, ...] = ()
 
     def with_disabled(self, names: Collection[str]) -> "EngineConfig":
         merged = tuple(sorted(set(self.disabled_optimizers) | set(names)))
         return EngineConfig(
-            self.level, self.precision, self.config_entries, merged, self.providers
+            self.level, self.precision, self.config_entries, merged, self.providers, self.keep_fp32
         )
 
     def with_level(self, level: str) -> "EngineConfig":
         return EngineConfig(
-            level, self.precision, self.config_entries, self.disabled_optimizers, self.providers
+            level, self.precision, self.config_entries, self.disabled_optimizers, self.providers,
+            self.keep_fp32,
+        )
+
+    def with_keep_fp32(self, names: Collection[str]) -> "EngineConfig":
+        return EngineConfig(
+            self.level, self.precision, self.config_entries, self.disabled_optimizers, self.providers,
+            tuple(sorted(set(names))),
         )
 
     def to_dict(self) -> dict:
         d = asdict(self)
         d["config_entries"] = {k: v for k, v in self.config_entries}
+        if not self.keep_fp32:  # absent when empty: keys of existing sessions stay valid
+            d.pop("keep_fp32")
         return d
 
     @classmethod
@@ -60,6 +72,7 @@ class EngineConfig:
             config_entries=tuple(tuple(x) for x in ce),
             disabled_optimizers=tuple(d.get("disabled_optimizers") or ()),
             providers=tuple(d.get("providers") or ("CPUExecutionProvider",)),
+            keep_fp32=tuple(d.get("keep_fp32") or ()),
         )
 
     def key(self) -> str:

@@ -37,7 +37,7 @@ from typing import Collection, Iterable, Optional
 import numpy as np
 import onnx
 
-from bisect_tui.core.errors import UserError
+from bisect_tui.core.errors import EngineBuildError, EngineRunError, UserError
 from bisect_tui.core.graph import (
     GraphIndex,
     mark_outputs,
@@ -321,13 +321,23 @@ def fused_node_map(
     # were renamed anyway (cast insertion with a prefix this code doesn't know)
     # they are still that node's original outputs.
     survivor_alias: dict[str, str] = {}
+    # The fp16 converter (keep_io_types) ends each graph output with a Cast back
+    # to float32; what feeds that Cast holds the graph output's values. This
+    # wins over the name rule below: a node that kept its name may have been
+    # rewired to produce another node's output (ConvBNFusion keeps the Conv and
+    # gives it the BatchNormalization's output).
+    graph_outs = set(oidx.graph_outputs)
+    for n in g.node:
+        if (n.op_type == "Cast" and len(n.output) == 1 and n.output[0] in graph_outs and n.input
+                and n.input[0] and n.input[0] not in orig_tensors):
+            survivor_alias[n.input[0]] = n.output[0]
     for n in g.node:
         o = oidx.by_name.get(n.name)
         if o is None or o.op_type != n.op_type or o.domain != n.domain or len(o.output) != len(n.output):
             continue
         for new_t, old_t in zip(n.output, o.output):
             if new_t and old_t and new_t not in orig_tensors:
-                survivor_alias[new_t] = old_t
+                survivor_alias.setdefault(new_t, old_t)
 
     # NchwcTransformer names each blocked-layout node `<original output>_nchwc`;
     # its (new) output holds that original tensor's values in NCHWc layout.
@@ -543,8 +553,12 @@ def _first_line(e: BaseException) -> str:
     return text.splitlines()[0]
 
 
-def _build_error(e: BaseException) -> UserError:
-    return UserError(f"ONNX Runtime could not build the fused engine: {_first_line(e)}")
+def _build_error(e: BaseException) -> EngineBuildError:
+    return EngineBuildError(f"ONNX Runtime could not build the fused engine: {_first_line(e)}", _first_line(e))
+
+
+def _run_error(e: BaseException) -> EngineRunError:
+    return EngineRunError(f"ONNX Runtime failed running the fused engine: {_first_line(e)}", _first_line(e))
 
 
 def _load(path: Path, load_external: bool = True) -> onnx.ModelProto:
@@ -573,21 +587,26 @@ def _validate(config: EngineConfig) -> None:
         )
 
 
-def _fp16_model_path(model_path: Path, workdir: Path) -> Path:
-    """The fp16 conversion of `model_path`, cached in workdir by source hash.
+def _fp16_model_path(model_path: Path, workdir: Path, keep_fp32: Collection[str] = ()) -> Path:
+    """The fp16 conversion of `model_path`, cached in workdir by source hash
+    and keep-set.
 
     Conversion is deterministic but not free on big models and a bisection
-    builds dozens of engines from the same source, so convert once."""
-    cached = workdir / f"fp16_{_file_hash(model_path)}.onnx"
+    builds dozens of engines from the same source, so convert once. The
+    keep-set goes to the converter's `node_block_list`: those original nodes
+    stay FP32, with casts around them."""
+    keep = sorted(set(keep_fp32))
+    tag = "" if not keep else "_keep" + hashlib.sha1("\n".join(keep).encode()).hexdigest()[:10]
+    cached = workdir / f"fp16_{_file_hash(model_path)}{tag}.onnx"
     if cached.exists():
         return cached
     from onnxruntime.transformers.float16 import convert_float_to_float16
 
     model = _load(model_path)
     try:
-        converted = convert_float_to_float16(model, keep_io_types=True)
+        converted = convert_float_to_float16(model, keep_io_types=True, node_block_list=keep or None)
     except Exception as e:  # the converter asserts on models it cannot handle
-        raise UserError(f"could not convert the model to fp16: {_first_line(e)}") from None
+        raise EngineBuildError(f"could not convert the model to fp16: {_first_line(e)}", _first_line(e)) from None
     _save_model(converted, cached)
     return cached
 
@@ -641,7 +660,11 @@ class OrtBuilt:
         """All outputs (graph outputs, then marked tensors) by name."""
         if self._session is None:
             raise RuntimeError("engine is closed")
-        values = self._session.run(self.output_names, feeds)
+        try:
+            values = self._session.run(self.output_names, feeds)
+        except _ort_errors() as e:
+            # the engine built but its kernels fail on these inputs: a finding
+            raise _run_error(e) from None
         return dict(zip(self.output_names, values))
 
     def close(self) -> None:
@@ -706,7 +729,8 @@ class OrtEngine:
         key = hashlib.sha1(key_blob).hexdigest()[:12]
 
         unmarkable: list[str] = []
-        base_path = _fp16_model_path(model_path, workdir) if config.precision == "fp16" else model_path
+        base_path = (_fp16_model_path(model_path, workdir, config.keep_fp32)
+                     if config.precision == "fp16" else model_path)
         model = _load(base_path) if marked else None
         markable: list[str] = []
         if marked and model is not None:
@@ -777,6 +801,9 @@ class OrtEngine:
     def versions(self) -> dict[str, str]:
         return versions()
 
+    def modifying_passes(self, model_path: Path, config: EngineConfig) -> Optional[list[str]]:
+        return modifying_passes(model_path, config)
+
     def confirm_optimizer_effect(
         self,
         model_path: Path,
@@ -785,6 +812,57 @@ class OrtEngine:
         workdir: Optional[Path] = None,
     ) -> dict[str, bool]:
         return confirm_optimizer_effect(model_path, config, optimizer_names, workdir)
+
+
+_STDERR_LOCK = __import__("threading").Lock()
+_MODIFIED_RE = re.compile(r"GraphTransformer (\S+) modified: 1")
+
+
+def modifying_passes(model_path: Path, config: EngineConfig) -> Optional[list[str]]:
+    """Names of the graph transformers ORT's own log says modified this model
+    (session log at INFO: "GraphTransformer X modified: 1"), in log order.
+
+    The log goes to the process's stderr from native code, so fd 2 is pointed
+    at a temp file for the session creation (under a lock). Rewrite rules run
+    inside `Level<N>_RuleBasedTransformer` and are logged under that name.
+    None when the log could not be read (never a reason to fail)."""
+    import onnxruntime as ort
+
+    model_path = Path(model_path)
+    with tempfile.TemporaryDirectory(prefix="bisect_tui_log_") as d:
+        base = (_fp16_model_path(model_path, Path(d), config.keep_fp32)
+                if config.precision == "fp16" else model_path)
+        so = ort.SessionOptions()
+        so.graph_optimization_level = getattr(ort.GraphOptimizationLevel, _LEVEL_NAMES[config.level])
+        so.log_severity_level = 1
+        for k, v in config.config_entries:
+            so.add_session_config_entry(str(k), str(v))
+        log = Path(d) / "ort.log"
+        with _STDERR_LOCK:
+            try:
+                import sys
+
+                sys.stderr.flush()
+                fd = os.open(log, os.O_WRONLY | os.O_CREAT, 0o600)
+                saved = os.dup(2)
+            except OSError:
+                return None
+            try:
+                os.dup2(fd, 2)
+                try:
+                    ort.InferenceSession(str(base), so, providers=list(config.providers),
+                                         disabled_optimizers=list(config.disabled_optimizers))
+                except _ort_errors():
+                    pass  # the log up to the failure still says what ran
+            finally:
+                os.dup2(saved, 2)
+                os.close(saved)
+                os.close(fd)
+        try:
+            text = log.read_text(errors="replace")
+        except OSError:
+            return None
+    return list(dict.fromkeys(_MODIFIED_RE.findall(text)))
 
 
 def _uses_external_data_file(path: Path) -> bool:
@@ -849,6 +927,7 @@ __all__ = [
     "confirm_optimizer_effect",
     "fused_node_map",
     "known_optimizers",
+    "modifying_passes",
     "optimizer_tags",
     "unknown_optimizers",
     "versions",

@@ -15,36 +15,104 @@ from typing import Optional
 
 from bisect_tui.core.bisect.units import Unit
 
-_CAMEL = re.compile(r"[A-Z][a-z0-9]+|[A-Z]+(?![a-z])")
 
 
 def candidate_optimizers(units: list[Unit], known: set[str]) -> list[str]:
-    """Names worth confirming for a culprit: its tags (mapped onto the names the
-    installed engine accepts), else names sharing a word with its op type."""
+    """Names worth confirming first for a culprit: its node-name tags, mapped
+    onto the names the installed engine accepts. Untagged culprits get none
+    here: group testing over every name the engine knows finds their pass."""
     out: list[str] = []
     for u in units:
         for tag in u.optimizers:
             matches = sorted(k for k in known if k == tag or (k.startswith(tag) and re.fullmatch(r"L\d", k[len(tag):])))
             out.extend(matches or [tag])
-    if not out:
-        words = {w for u in units for w in _CAMEL.findall(u.op_type) if len(w) >= 3}
-        words |= {"LayerNorm"} if any("LayerNorm" in u.op_type for u in units) else set()
-        for w in sorted(words):
-            out.extend(sorted(k for k in known if w in k))
     return list(dict.fromkeys(out))[:8]
 
 
 def _culprit_present(fused, units: list[Unit]) -> Optional[str]:
-    """The op type of a fused node that still swallows the culprit's nodes, if any.
+    """The op type of a fused node that is still *this* culprit, if any: same
+    op, covering exactly the same original nodes.
 
     Matched by the original nodes covered, not by output tensor names: engines
-    rename outputs (fp16 casts, layout rewrites)."""
+    rename outputs (fp16 casts, layout rewrites). A fused node that now covers
+    fewer or other nodes is another fusion (made by another pass): the search
+    after disabling this one judges it on its own."""
     ops = {u.op_type for u in units}
     covered = {n for u in units for n in u.original_nodes}
     for f in fused:
-        if f.is_fused and f.op_type in ops and covered & set(f.original_nodes):
+        if f.is_fused and f.op_type in ops and covered == set(f.original_nodes):
             return f.op_type
+    if len(units) > 1:  # an interaction: any one of its fused nodes still there
+        for u in units:
+            for f in fused:
+                if f.is_fused and f.op_type == u.op_type and set(u.original_nodes) == set(f.original_nodes):
+                    return f.op_type
     return None
+
+
+def group_test(engine, subgraph, cfg, units: list[Unit], names: list[str], cancel=None) -> dict:
+    """Which single pass, disabled, removes the culprit from its extracted subgraph?
+
+    Binary search over the sorted pass names of the installed engine: disable
+    half, build the subgraph (tiny, milliseconds), see whether the culprit's
+    fused node is still there. About log2(len(names)) + 2 builds. Finds the
+    first such name in sorted order; other passes that also make the node are
+    left to the fixpoint search (disable this one, search again)."""
+    builds = 0
+    rows: list[dict] = []
+
+    memo: dict[tuple, Optional[bool]] = {}
+
+    def gone(disabled: list[str]) -> Optional[bool]:
+        key = tuple(disabled)
+        if key not in memo:
+            memo[key] = _gone(disabled)
+        return memo[key]
+
+    def _gone(disabled: list[str]) -> Optional[bool]:
+        nonlocal builds
+        if cancel is not None:
+            cancel.check()
+        builds += 1
+        try:
+            built = engine.build(subgraph, cfg.with_disabled(disabled), (), None)
+        except Exception as exc:  # noqa: BLE001 - a failing build tells nothing about the node
+            rows.append({"disabled": len(disabled), "first": disabled[0] if disabled else None,
+                         "error": str(exc).splitlines()[0][:200]})
+            return None
+        try:
+            present = _culprit_present(built.fused_nodes, units) is not None
+        finally:
+            built.close()
+        rows.append({"disabled": len(disabled), "first": disabled[0] if disabled else None,
+                     "last": disabled[-1] if disabled else None, "culprit_gone": not present})
+        return not present
+
+    out = {"names": len(names), "found": None, "builds": 0, "tests": rows}
+    if gone([]) is not False or not gone(names):
+        # not fused in isolation, or no pass set switches it off (a kernel, an EP rewrite)
+        out["builds"] = builds
+        return out
+    cands = list(names)
+    while len(cands) > 1:
+        half = cands[: len(cands) // 2]
+        cands = half if gone(half) else cands[len(cands) // 2:]
+    if len(cands) == 1 and gone(cands):
+        out["found"] = cands[0]
+    out["builds"] = builds
+    # cross-check with what the engine itself logs about the passes that changed the subgraph
+    log_fn = getattr(engine, "modifying_passes", None)
+    if log_fn is not None:
+        logged = log_fn(subgraph, cfg)
+        out["engine_log_modified"] = logged
+        if logged is not None and out["found"]:
+            out["engine_log_agrees"] = out["found"] in logged
+            if not out["engine_log_agrees"] and any(n.endswith("RuleBasedTransformer") for n in logged):
+                # rewrite rules are logged under their container only
+                out["engine_log_note"] = ("not listed by name; a rewrite rule runs inside "
+                                          + ", ".join(n for n in logged if n.endswith("RuleBasedTransformer"))
+                                          + ", which the log lists")
+    return out
 
 
 def _now_made_by(fused, units: list[Unit]) -> Optional[str]:
@@ -62,11 +130,31 @@ def _fused_map(bisector, cfg):
     return fused if fused is not None else step.summary
 
 
-def attribute(bisector, units: list[Unit]) -> dict:
-    """Confirm the candidate optimizers of one culprit by rebuilding without each."""
+def attribute(bisector, units: list[Unit], subgraph=None) -> dict:
+    """Confirm the candidate optimizers of one culprit by rebuilding without each;
+    when no tag confirms, find the pass by group testing on the culprit's
+    extracted subgraph, then confirm that one on the full engine."""
     engine = bisector.engine
     known = engine.known_optimizers()
     cands = candidate_optimizers(units, known)
+    confirmed, rows = [], []
+    grouped = None
+    confirmed, rows = _confirm(bisector, units, cands, known)
+    if not confirmed and subgraph is not None:
+        names = sorted(set(known) - set(bisector.config.disabled_optimizers))
+        grouped = group_test(engine, subgraph, bisector.config, units, names, bisector.t.cancel)
+        if grouped["found"]:
+            more, more_rows = _confirm(bisector, units, [grouped["found"]], known)
+            confirmed += more
+            rows += more_rows
+    return {"tags": sorted({t for u in units for t in u.optimizers}), "candidates": rows,
+            "confirmed": confirmed, "group_test": grouped,
+            "how": ("node-name tag, confirmed by a rebuild" if confirmed and not grouped else
+                    "group testing over the installed engine's pass names on the extracted subgraph, "
+                    "confirmed by a rebuild of the full engine" if confirmed else "unknown")}
+
+
+def _confirm(bisector, units: list[Unit], cands: list[str], known) -> tuple[list[str], list[dict]]:
     confirmed, rows = [], []
     for name in cands:
         bisector.t.cancel.check()
@@ -83,8 +171,7 @@ def attribute(bisector, units: list[Unit]) -> dict:
                      "culprit_gone_when_disabled": gone, "output_now_made_by": replaced})
         if gone:
             confirmed.append(name)
-    return {"tags": sorted({t for u in units for t in u.optimizers}), "candidates": rows,
-            "confirmed": confirmed}
+    return confirmed, rows
 
 
 def find_workaround(bisector, culprits: list[list[Unit]], attributions: list[dict]) -> dict:
@@ -137,4 +224,4 @@ def find_workaround(bisector, culprits: list[list[Unit]], attributions: list[dic
             "how": "no optimizer switch or marking restored tolerance; see the steps"}
 
 
-__all__ = ["attribute", "candidate_optimizers", "find_workaround"]
+__all__ = ["attribute", "candidate_optimizers", "find_workaround", "group_test"]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from bisect_tui import __version__
 from bisect_tui.core import atomic
 from bisect_tui.core.errors import ExitCode
@@ -31,11 +33,15 @@ def export_session(triage, summary: dict, result, with_plots: bool = True) -> tu
     atomic.write_text(session.path("report.md"), md)
     session.write_json("report.json", {k: v for k, v in full.items() if k != "plots"})
     paths = {"report.md": str(session.path("report.md")), "report.json": str(session.path("report.json"))}
-    if result and result.get("culprits"):
-        bundle = write_bundle(session.path("bundle.zip"), result["culprits"], summary["config"],
-                              triage.opts.tolerance.default.to_dict(), md, __version__)
-        _attach_plots(bundle, plots)
-        paths["bundle.zip"] = str(bundle)
+    if result and (result.get("culprits") or (result.get("precision") or {}).get("passed")):
+        isolated = [c for c in result.get("culprits", []) if (c.get("isolated") or {}).get("subgraph")]
+        paths["bundle.zip"] = str(write_bundle(session.path("bundle.zip"), isolated, summary["config"],
+                                               triage.opts.tolerance.default.to_dict(), md, __version__))
+        if (result.get("precision") or {}).get("passed") or result.get("engine_error"):
+            from bisect_tui.core.bisect.keepset_bundle import add_keepset_repro
+
+            add_keepset_repro(Path(paths["bundle.zip"]), triage, result, __version__)
+        _attach_plots(paths["bundle.zip"], plots)
     full["_plot_files"] = plots
     return full, md, paths
 
@@ -43,7 +49,6 @@ def export_session(triage, summary: dict, result, with_plots: bool = True) -> tu
 def _attach_plots(bundle, plots: dict) -> None:
     """The pictures the report names travel with it, under plots/ in the bundle."""
     import zipfile
-    from pathlib import Path
 
     with zipfile.ZipFile(bundle, "a", compression=zipfile.ZIP_DEFLATED) as z:
         have = set(z.namelist())
@@ -53,11 +58,10 @@ def _attach_plots(bundle, plots: dict) -> None:
                 z.write(path, arc)
 
 
-def write_report_copy(full: dict, report_path, base_md: str = "") -> None:
+def write_report_copy(full: dict, report_path) -> None:
     """The user's --report FILE.md: the plots copied next to it (FILE-plots/), so
     the folder can be attached to an issue as it is, with links relative to it."""
     import shutil
-    from pathlib import Path
 
     from bisect_tui.core.escape import safe_filename
     from bisect_tui.core.plots import plot_links

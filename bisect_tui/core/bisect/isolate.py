@@ -9,6 +9,7 @@ is really further from the truth than the unfused FP32 ops, and by how much.
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Optional
 
@@ -203,6 +204,12 @@ def isolate(triage, units: list[Unit], config, out_dir: Path) -> dict:
             denom = max(m_ut["rmse"], 1e-30)
             row["error_ratio"] = m_ft["rmse"] / denom
             row["fused_worse"] = m_ft["rmse"] > WORSE_FACTOR * m_ut["rmse"]
+            # metrics skip non-finite positions; NaN/Inf where the truth is finite is the worst error
+            lost = int(np.sum(np.isfinite(T) & ~np.isfinite(F)))
+            if lost and not np.sum(np.isfinite(T) & ~np.isfinite(U)):
+                row["fused_nonfinite"] = lost
+                row["error_ratio"] = math.inf
+                row["fused_worse"] = True
             worse |= row["fused_worse"]
         reproduces |= row["breaks_tolerance"]
         per_output[o] = row

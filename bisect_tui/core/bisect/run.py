@@ -4,7 +4,10 @@ workaround. Shared by `bisect-tui bisect`, `resume --headless` and the app."""
 from __future__ import annotations
 
 
+from pathlib import Path
+
 from bisect_tui.core.bisect.attribution import attribute, find_workaround
+from bisect_tui.core.bisect.precision import precision_search
 from bisect_tui.core.bisect.isolate import isolate
 from bisect_tui.core.bisect.probe import run_probe
 from bisect_tui.core.bisect.search import Bisector, BuildBudgetExceeded
@@ -14,49 +17,40 @@ from bisect_tui.core.errors import Cancelled
 from bisect_tui.core.session import now_iso
 
 
-def run_bisection(triage, max_builds: int = 200, config=None, max_culprits: int = 5) -> dict:
-    """Run (or resume) the bisection; writes bisect/result.json and returns it.
-
-    A cancel at any point (search, isolation, attribution) is recorded as
-    "cancelled", so `resume` and the app's reopen see where it stopped."""
-    try:
-        return _run_bisection(triage, max_builds, config, max_culprits)
-    except Cancelled:
-        if triage.session.step_state("bisect") == "running":
-            triage.session.mark_step("bisect", "cancelled")
-        raise
+MAX_LAYERS = 4  # fixpoint rounds: each disables the passes found so far and searches again
 
 
-def _run_bisection(triage, max_builds: int, config, max_culprits: int) -> dict:
-    if triage.fused is None:
-        triage.run_fused()
-    triage.session.mark_step("bisect", "running")
-    bis = Bisector(triage, config, max_builds, max_culprits)
-
-    def probe(optimized: str, units: list[Unit]) -> dict:
-        return run_probe(triage, optimized, units)
-
-    try:
-        search = bis.run(probe)
-    except Cancelled:
-        triage.session.mark_step("bisect", "cancelled", steps=len(bis.steps))
-        raise
+def _culprits_of(triage, bis, search: dict, layer: int, exposed_by: list[str], first_index: int):
+    """Isolate and attribute the culprits of one search; returns (culprits, groups, attributions)."""
     units = [Unit.from_dict(u) for u in search.get("units", [])]
     by_idx = {u.index: u for u in units}
     level_cfg = bis.config.with_level(search.get("level", bis.config.level))
-    culprits = []
-    attributions = []
+    culprits, attributions = [], []
     groups = [[by_idx[i] for i in c] for c in search.get("culprits", [])]
-    for ci, group in enumerate(groups, 1):
-        triage.progress(Progress("isolate", f"proving culprit {ci}/{len(groups)} in isolation", ci - 1, len(groups)))
+    error_kind = (search.get("engine_error") or {}).get("kind")
+    for k, group in enumerate(groups):
+        ci = first_index + k
+        triage.progress(Progress("isolate", f"proving culprit {ci} in isolation", k, len(groups)))
         iso = isolate(triage, group, level_cfg, triage.session.bisect_dir / f"culprit_{ci}")
-        triage.progress(Progress("attribute", f"confirming the optimizer of culprit {ci}", ci - 1, len(groups)))
-        attr = attribute(bis, group)
+        triage.progress(Progress("attribute", f"confirming the optimizer of culprit {ci}", k, len(groups)))
+        saved = bis.config
+        bis.config = level_cfg  # attribution compares engines at the level the search ran
+        try:
+            attr = attribute(bis, group, Path(iso["subgraph"]) if iso.get("subgraph") else None)
+        except BuildBudgetExceeded as exc:
+            attr = {"tags": sorted({t for u in group for t in u.optimizers}), "candidates": [], "confirmed": [],
+                    "group_test": None, "how": f"not attributed: {exc}"}
+        finally:
+            bis.config = saved
         attributions.append(attr)
         lead = group[-1]
         first_out = next(iter(iso["outputs"].values()), {})
         worse = [o.get("fused_worse") for o in iso["outputs"].values() if "fused_worse" in o]
+        kind = error_kind if error_kind and not worse else ("interaction" if len(group) > 1 else "fusion")
         culprits.append({
+            "kind": kind,
+            "layer": layer,
+            "exposed_by": list(exposed_by) or None,
             # no further from float64 than FP32: the model amplifies rounding, the kernel is fine
             "amplified": bool(worse) and not any(worse),
             "fused_node": lead.fused_node if len(group) == 1 else " + ".join(u.fused_node for u in group),
@@ -68,30 +62,177 @@ def _run_bisection(triage, max_builds: int, config, max_culprits: int) -> dict:
             "attribution": attr,
             "isolated": iso,
             "worst_elements": first_out.get("worst_elements", []),
+            **({"engine_error": search["engine_error"]} if error_kind else {}),
         })
+    return culprits, groups, attributions
+
+
+def run_bisection(triage, max_builds: int = 200, config=None, max_culprits: int = 5) -> dict:
+    """Run (or resume) the bisection; writes bisect/result.json and returns it.
+
+    A fixpoint: after each round's culprits are attributed, the full engine is
+    rebuilt with every pass found so far disabled; when it still fails, the
+    search runs again under that configuration and its culprits are marked as
+    exposed by the passes disabled. It ends when the engine passes, nothing
+    new is found, or the build budget is spent."""
+    if triage.fused is None:
+        triage.run_fused()
+    triage.session.mark_step("bisect", "running")
+    bis = Bisector(triage, config, max_builds, max_culprits)
+
+    def probe(optimized: str, units: list[Unit]) -> dict:
+        return run_probe(triage, optimized, units)
+
+    try:
+        return _run(triage, bis, probe, max_builds, max_culprits)
+    except Cancelled:
+        triage.session.mark_step("bisect", "cancelled", steps=len(bis.steps))
+        raise
+
+
+def _run(triage, bis, probe, max_builds: int, max_culprits: int) -> dict:
+    search = bis.run(probe)
+    culprits, groups, attributions = _culprits_of(triage, bis, search, 1, [], 1)
+    all_groups, all_attr = list(groups), list(attributions)
+    layers = [{"layer": 1, "disabled": [], "verdict": search["verdict"], "culprits": len(culprits)}]
+    extra_steps: list = []
+    extra_builds = 0
+    disabled: list[str] = []
+    stopped = None
+    layer_culprits, layer_search = culprits, search
+    try:
+        for layer in range(2, MAX_LAYERS + 1):
+            if layer_search.get("stopped"):
+                break  # a search cut short (budget, or an amplifying model) is not a layer to build on
+            # culprits no worse than FP32 in isolation are amplified rounding, not passes to switch off
+            found = [n for a, c in zip(attributions, layer_culprits) if not c["amplified"] for n in a["confirmed"]]
+            new = [n for n in dict.fromkeys(found) if n not in disabled]
+            if not new:
+                break
+            disabled = sorted(set(disabled) | set(new))
+            cfg = bis.config.with_disabled(disabled)
+            step = bis.evaluate("fixpoint: disable found passes", None, cfg)
+            layers[-1]["after_disabling"] = {"disabled": disabled, "passed": step.passed, "ratio": step.ratio}
+            if step.passed:
+                break
+            triage.progress(Progress("bisect", f"fixpoint round {layer}: the engine still fails with "
+                                     f"{', '.join(disabled)} disabled; searching again"))
+            used = bis.builds + extra_builds
+            sub = Bisector(triage, cfg, max(max_builds - used, 1), max_culprits)
+            sub._seed_from_check = None
+            sub.adopt_full_engine(step)
+            s2 = sub.run(probe)
+            for st in sub.steps:
+                st.kind = f"round {layer}: {st.kind}"
+            extra_steps += sub.steps
+            extra_builds += sub.builds
+            c2, g2, a2 = _culprits_of(triage, sub, s2, layer, disabled, len(culprits) + 1)
+            layers.append({"layer": layer, "disabled": disabled, "verdict": s2["verdict"], "culprits": len(c2)})
+            if not c2:
+                break
+            culprits += c2
+            all_groups += g2
+            all_attr += a2
+            attributions, layer_culprits, layer_search = a2, c2, s2
+    except BuildBudgetExceeded as exc:
+        stopped = str(exc)
     workaround = None
     if culprits:
         triage.progress(Progress("workaround", "testing the full engine with optimizers disabled"))
         try:
-            workaround = find_workaround(bis, groups, attributions)
+            workaround = find_workaround(bis, all_groups, all_attr)
         except BuildBudgetExceeded as exc:
             workaround = {"kind": None, "disabled_optimizers": [], "full_engine": None, "tried": [],
                           "how": str(exc)}
+    if workaround and workaround.get("kind") is None and bis.amplifies():
+        tried = [t for t in workaround.get("tried", []) if t.get("disabled_optimizers")]
+        if tried:
+            best = min(tried, key=lambda t: t["ratio"])
+            before = (search.get("full_engine") or {}).get("ratio")
+            workaround["best_effort"] = {
+                "disabled_optimizers": best["disabled_optimizers"], "ratio": best["ratio"],
+                "ratio_before": before, "max_abs": best["max_abs"],
+                "why_not_passing": "the model amplifies rounding: the fused nodes that only reorder FP32 "
+                                   "arithmetic still move the outputs past the tolerance",
+            }
+    precision = None
+    want_precision = bis.config.precision != "fp32" and (
+        search["verdict"] == "not_fusion" or (workaround is not None and workaround.get("kind") is None))
+    if want_precision:
+        triage.progress(Progress("precision", "searching the smallest set of nodes to keep in FP32"))
+        precision = precision_search(bis, triage, search)
+        if precision.get("passed") and search.get("engine_error"):
+            # the build/run failure itself, bisected to nodes by their precision
+            err = search["engine_error"]
+            culprits.append({
+                "kind": err["kind"], "layer": 1, "exposed_by": None, "amplified": False,
+                "fused_node": None, "op_type": ", ".join(sorted({triage.info.index.by_name[n].op_type
+                                                                for n in precision["keep_fp32"]})),
+                "original_nodes": precision["keep_fp32"], "optimizers": [], "interaction": False,
+                "units": [], "attribution": {"confirmed": [], "tags": [], "candidates": [],
+                                             "how": "precision bisection (keep-set)"},
+                "isolated": {"outputs": {}}, "worst_elements": [], "engine_error": err,
+            })
+    if search["verdict"] == "not_fusion":
+        search["evidence"] = not_fusion_evidence(triage, search)
     suspects = set((search.get("probe") or {}).get("suspects", []))
-    found = {i for c in search.get("culprits", []) for i in c}
+    found_idx = {i for c in search.get("culprits", []) for i in c}
+    steps = [s.to_dict() for s in bis.steps] + [s.to_dict() for s in extra_steps]
+    for n, st in enumerate(steps, 1):
+        st["n"] = n
     result = {
         **search,
         # cross-check: did the one-run probe point at what the builds proved?
-        "probe_agrees": (suspects == found) if search.get("probe") and found else None,
+        "probe_agrees": (suspects == found_idx) if search.get("probe") and found_idx else None,
         "culprits": culprits,
+        "layers": layers,
         "workaround": workaround,
-        "steps": [s.to_dict() for s in bis.steps],
-        "engine_builds": bis.builds,
+        "precision": precision,
+        "steps": steps,
+        "engine_builds": bis.builds + extra_builds,
         "finished": now_iso(),
         "tolerance": triage.opts.tolerance.to_dict(),
     }
+    if stopped:
+        result.setdefault("stopped_reason", stopped)
+    if culprits and result["verdict"] in ("no_culprit", "not_fusion") and search.get("engine_error"):
+        result["verdict"] = "culprits"
     triage.session.write_json("bisect/result.json", result)
     state = {"pass": "passed", "culprits": "failed", "not_fusion": "failed", "no_culprit": "failed"}
     triage.session.mark_step("bisect", state.get(result["verdict"], "failed"), verdict=result["verdict"],
                              culprits=len(culprits))
     return result
+
+
+def not_fusion_evidence(triage, search: dict) -> dict:
+    """Where the error starts when fusion is not the cause: the first node whose
+    own output breaks tolerance, its op, its inputs' ranges in the baseline and
+    what the range check says about them."""
+    from bisect_tui.core.baseline import manifest_index
+
+    probe = search.get("probe") or {}
+    first = probe.get("first_failing_tensor")
+    index = triage.info.index
+    out: dict = {"first_failing_tensor": first}
+    if not first or first not in index.producer:
+        return out
+    node = index.by_name[index.producer[first]]
+    idx = manifest_index(triage.baseline.manifest)
+    ranges = []
+    for i in node.input:
+        e = idx.get(i)
+        if e and e.get("stats"):
+            ranges.append({"tensor": i, "min": e["stats"].get("min"), "max": e["stats"].get("max"),
+                           "abs_max": e["stats"].get("abs_max")})
+        elif i in index.initializers:
+            ranges.append({"tensor": i, "initializer": True})
+    fp16 = (triage.range_check or {}).get("fp16") or {}
+    related = [r for r in fp16.get("overflow", []) + fp16.get("underflow", []) + fp16.get("near_overflow", [])
+               if r.get("node") == node.name or r.get("tensor") in node.input]
+    from bisect_tui.core.bisect.precision import weight_findings
+
+    weights = [w for w in weight_findings(triage.info.model) if node.name in w["nodes"]]
+    out.update(node=node.name, op_type=node.op_type, input_ranges=ranges, range_findings=related,
+               weight_findings=weights,
+               precision=triage.opts.config.precision)
+    return out

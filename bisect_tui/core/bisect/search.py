@@ -33,7 +33,7 @@ from bisect_tui.core import atomic
 from bisect_tui.core.bisect.judge import Judgement, OutputJudge
 from bisect_tui.core.bisect.units import Unit, build_units, marks_for, region_text
 from bisect_tui.core.cancel import Progress
-from bisect_tui.core.errors import UserError
+from bisect_tui.core.errors import EngineBuildError
 from bisect_tui.core.session import now_iso, stable_key
 from bisect_tui.engines.base import LEVELS, EngineConfig, FusedNode
 
@@ -58,6 +58,8 @@ class Step:
     fused_in_build: Optional[int] = None
     key: str = ""
     optimized: Optional[str] = None  # saved optimized graph (unmarked builds only)
+    error_kind: Optional[str] = None  # build_error | run_error: the engine failed, not the numbers
+    error: Optional[str] = None  # the engine's own message
 
     def to_dict(self) -> dict:
         return dict(self.__dict__)
@@ -75,7 +77,8 @@ class Bisector:
     """Runs the search for one Triage (baseline done) and one engine config."""
 
     def __init__(self, triage, config: Optional[EngineConfig] = None, max_builds: int = 200,
-                 max_culprits: int = 5):
+                 max_culprits: int = 5, local_factor: float = 10.0):
+        self.local_factor = local_factor
         self.t = triage
         self.config = config or triage.opts.config
         self.max_builds = max_builds
@@ -168,13 +171,16 @@ class Bisector:
         # graph and fused-node map, which the level search, the attribution and
         # the workaround all read instead of building again.
         workdir = self.engine_dir(config) if not marks else None
+        error_kind = error = None
         try:
             built = self.engine.build(self.session.model_path, config, marks, workdir)
-        except UserError as exc:
+        except EngineBuildError as exc:
             # An engine that cannot even be built with this region enabled is
             # broken by it: the step fails, and the message says why.
+            error_kind, error = exc.kind, exc.engine_message
             j = Judgement(False, math.inf, None, math.nan, f"engine build failed: {exc}", {})
         else:
+            per_sample = None
             try:
                 per_sample = [built.run(self.t.inputs.feeds(k)) for k in range(self.t.inputs.samples)]
                 if workdir is not None:  # marked builds skip the map: it costs as much as a build
@@ -185,9 +191,14 @@ class Bisector:
                         optimized = str(built.optimized_model_path)
                     except Exception:  # the map is informative here; never fail a step on it
                         fused_count = None
+            except EngineBuildError as exc:  # EngineRunError: built, then failed on the inputs
+                error_kind, error = exc.kind, exc.engine_message
             finally:
                 built.close()
-            j = self.judge.judge(per_sample)
+            if per_sample is None:
+                j = Judgement(False, math.inf, None, math.nan, f"engine run failed: {error}", {})
+            else:
+                j = self.judge.judge(per_sample)
         self.builds += 1
         step = Step(
             n=len(self.steps) + 1, kind=kind, region=region, enabled=ids,
@@ -195,7 +206,7 @@ class Bisector:
             marks=len(marks), passed=j.passed, ratio=_finite(j.ratio), max_abs=_finite(j.max_abs),
             summary=j.summary, builds=self.builds, cached=False,
             seconds=time.perf_counter() - t0, fused_in_build=fused_count, key=key,
-            optimized=optimized,
+            optimized=optimized, error_kind=error_kind, error=error,
         )
         self.steps.append(step)
         self._append({**step.to_dict(), "at": now_iso()})
@@ -240,7 +251,7 @@ class Bisector:
         path = workdir / "fused_nodes.json"
         if step.optimized and path.exists() and Path(step.optimized).exists():
             return [FusedNode.from_dict(d) for d in atomic.read_json(path)], step.optimized, step
-        if step.summary.startswith("engine build failed"):
+        if step.error_kind:
             return None, None, step
         # The verdict was recorded but its files are gone (deleted, or an older
         # session): rebuild the engine once to read its map.
@@ -325,6 +336,14 @@ class Bisector:
         ).to_dict()
         self._append({**self._cache[key], "at": now_iso(), "from": "check.json"})
 
+    def adopt_full_engine(self, step: Step) -> None:
+        """Another search already built and judged this search's full engine
+        (the fixpoint's check with the found passes disabled): reuse it."""
+        key = stable_key(self.search_key, self.config.to_dict(), hashlib.sha1(b"").hexdigest())
+        if key in self._cache or step.config.get("disabled_optimizers") != list(self.config.disabled_optimizers):
+            return
+        self._cache[key] = {**step.to_dict(), "key": key, "kind": "full engine"}
+
     def run(self, probe_fn: Optional[Callable] = None) -> dict:
         """Search; returns the JSON-able search result (culprits as unit indices)."""
         t0 = time.perf_counter()
@@ -332,14 +351,26 @@ class Bisector:
         self._seed_full_engine()
         full = self.evaluate("full engine", None)
         result["full_engine"] = full.to_dict()
+        if full.error_kind:
+            result["engine_error"] = {"kind": full.error_kind, "message": full.error}
         if full.passed:
             result.update(verdict="pass", culprits=[], units=[], level=self.config.level)
             return self._finish(result, t0)
         blocked = self.evaluate("all fusions blocked", None, marks=list(self._all_tensors))
         result["all_blocked"] = blocked.to_dict()
-        level, level_step = self.find_level() if self.config.level != "disable" else (self.config.level, full)
+        if self.amplifies() or self.config.level == "disable":
+            # in an amplifying model the lowest failing level only shows amplified reordering:
+            # every fusion of the user's level is judged locally instead
+            level = self.config.level
+        else:
+            level, _ = self.find_level()
         result["level"] = level
-        units, optimized = self.units_at(level)
+        try:
+            units, optimized = self.units_at(level)
+        except RuntimeError:
+            # the failing engine has no optimized graph to map; the engine with
+            # every fusion blocked is the reference the region search needs
+            units, optimized = [], None
         result["units"] = [u.to_dict() for u in units]
         result["optimized_model"] = optimized
         if not blocked.passed:
@@ -348,9 +379,13 @@ class Bisector:
                 unblockable=[u.index for u in units if not u.blockable],
                 explanation=(
                     "the error stays with every fusion blocked (all tensors marked): it does not come "
-                    "from a fusion that marking can switch off. Likely causes: the precision (FP16/INT8 "
-                    "conversion), a kernel that differs without fusion, a rewrite of a single op in "
-                    "place, or a layout transform. The probe below shows where the error starts."
+                    "from a fusion that marking can switch off. Likely causes: "
+                    + ("the reduced precision (the keep-set search below names the nodes to keep in "
+                       "FP32), a kernel that differs without fusion, or a rewrite of a single op in place."
+                       if self.config.precision != "fp32" else
+                       "a kernel that differs without fusion, a rewrite of a single op in place, or a "
+                       "layout transform (the engine runs FP32, so precision is not the cause).")
+                    + " The evidence below shows where the error starts."
                 ),
             )
             if probe_fn and optimized:
@@ -359,12 +394,14 @@ class Bisector:
         searchable = [u for u in units if u.blockable]
         self.expected_builds = self.builds + max(1, math.ceil(math.log2(max(len(searchable), 1)))) + 2
         seeds: list[Unit] = []
+        by_idx = {u.index: u for u in units}
         if probe_fn and optimized:
             probe = probe_fn(optimized, units)
             result["probe"] = probe
-            by_idx = {u.index: u for u in units}
             seeds = [by_idx[i] for i in probe.get("suspects", []) if i in by_idx and by_idx[i].blockable]
         cfg_level = self.config.with_level(level)
+        if self.amplifies() and units:
+            return self._finish(self._local_verdict(result, units, cfg_level), t0)
         held: list[Unit] = []
         culprits: list[list[Unit]] = []
         self.config, saved = cfg_level, self.config
@@ -411,6 +448,36 @@ class Bisector:
                 "the unmarked engine (e.g. a fusion spanning several marked tensors)"
             )
         return self._finish(result, t0)
+
+    def amplifies(self) -> bool:
+        """The check's sensitivity: a 1-ulp input change already breaks the tolerance."""
+        sens = (self.t.fused or {}).get("sensitivity") or {}
+        return bool(sens.get("amplifies"))
+
+    def _local_verdict(self, result: dict, units: list[Unit], cfg_level: EngineConfig) -> dict:
+        """In a model that amplifies rounding the outputs blame every fusion, so
+        each fused node is judged alone against float64 instead; only the ones
+        far worse than the unfused FP32 ops are culprits."""
+        from bisect_tui.core.bisect.local_judgement import judge_units
+
+        local = judge_units(self.t, units, cfg_level, self.dir / "local", self.local_factor)
+        result["local_judgement"] = local
+        by_idx = {u.index: u for u in units}
+        worse = [by_idx[i] for i in local["worse"]]
+        result["culprits"] = [[u.index] for u in worse]
+        result["verdict"] = "culprits" if worse else "no_culprit"
+        if worse:
+            # how far the engine gets with the wrong ones held unfused (the rest is amplified rounding)
+            held = [u for u in worse if u.blockable]
+            rest = [u for u in units if u.blockable and u not in held]
+            step = self.evaluate("local culprits held", rest, cfg_level, held=held)
+            result["with_local_culprits_held"] = step.to_dict()
+        result["explanation"] = (
+            "the model amplifies rounding (see sensitivity): every fusion breaks the output tolerance, so each "
+            f"fused node was judged alone on the baseline's own inputs against float64; {len(worse)} are more "
+            f"than {local['factor']:g}x further from it than the unfused FP32 ops, the other "
+            f"{len(local['reorders_only'])} reorder rounding only")
+        return result
 
     def _finish(self, result: dict, t0: float) -> dict:
         result["steps"] = [s.to_dict() for s in self.steps]

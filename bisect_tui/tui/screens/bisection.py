@@ -168,7 +168,7 @@ class BisectionScreen(Screen):
             lines[0] += f"   {b.error}"
         cand = b.candidate
         if b.result and b.result.get("culprits"):
-            names = "; ".join(f"{c['op_type']} ({c['fused_node']})" for c in b.result["culprits"])
+            names = "; ".join(f"{c['op_type']} ({c.get('fused_node') or c.get('kind')})" for c in b.result["culprits"])
             lines.append(f"culprit: {names}")
         elif cand:
             last = b.steps[-1] if b.steps else None

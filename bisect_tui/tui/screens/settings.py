@@ -26,7 +26,7 @@ from bisect_tui.core.errors import UserError
 from bisect_tui.core.inputs import parse_input_values, parse_shapes, value_text
 from bisect_tui.core.pipeline import TriageOptions
 from bisect_tui.core.tolerance import PRESETS, ToleranceSpec, parse_tolerance
-from bisect_tui.engines.base import LEVELS, PRECISIONS, EngineConfig
+from bisect_tui.engines.base import LEVELS, PRECISIONS
 
 
 def parse_entries(text: str) -> tuple[tuple[str, str], ...]:
@@ -266,8 +266,9 @@ class SettingsScreen(ModalScreen[Optional[TriageOptions]]):
             _float("min cosine", self.query_one("#min_cosine", Input).value),
         )
         spec = ToleranceSpec(default=tol.default, overrides=self.options.tolerance.overrides)
-        config = EngineConfig(level=level, precision=precision, config_entries=entries,
-                              disabled_optimizers=disabled, providers=self.options.config.providers)
+        # replace, not rebuild: settings the form does not show (keep-fp32 nodes, providers) stay
+        config = dataclasses.replace(self.options.config, level=level, precision=precision,
+                                     config_entries=entries, disabled_optimizers=disabled)
         shapes = parse_shapes(split_items(self.query_one("#shapes", Input).value))
         values = parse_input_values(split_items(self.query_one("#values", Input).value))
         file_text = self.query_one("#input-file", Input).value.strip()

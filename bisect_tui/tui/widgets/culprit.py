@@ -34,8 +34,12 @@ def culprit_text(result: Optional[dict], status: str = "idle") -> Text:
     for i, c in enumerate(result.get("culprits", []), 1):
         t.append("\n")
         t.append(f"Culprit {i}: {c['op_type']}", style="bold")
-        t.append(f"  (fused node '{c['fused_node']}')"
+        t.append((f"  (fused node '{c['fused_node']}')" if c.get("fused_node") else f"  ({c.get('kind')})")
                  + ("  an interaction: these fuse wrong only together" if c.get("interaction") else "") + "\n")
+        if c.get("engine_error"):
+            t.append(f"  engine {c['engine_error']['kind']}: {c['engine_error']['message']}\n")
+        if c.get("exposed_by"):
+            t.append(f"  exposed by disabling {', '.join(c['exposed_by'])}\n")
         t.append("  original nodes: ", style="bold")
         t.append(", ".join(c["original_nodes"]) + "\n")
         confirmed = bool(c.get("attribution", {}).get("confirmed"))
@@ -70,6 +74,10 @@ def culprit_text(result: Optional[dict], status: str = "idle") -> Text:
                      f"(max abs {fmt(w['full_engine']['max_abs'])})\n  {w['how']}\n")
         else:
             t.append(f"{w.get('how', 'none found')}\n")
+    p = result.get("precision")
+    if p and p.get("passed"):
+        t.append("\nKeep in FP32: ", style="bold")
+        t.append(f"{', '.join(p['keep_fp32'])} (full engine passes, {p['builds']} build(s))\n  {p['setting']}\n")
     if result.get("explanation"):
         t.append(f"\n{result['explanation']}\n")
     t.append("\ne: export report + repro bundle   c: copy the Markdown report\n")

@@ -418,6 +418,10 @@ class ComparisonView(StepView):
         n_fail = len(f["failing_outputs"])
         verdict = ("✔ PASS: every output within tolerance" if f["passed"]
                    else f"✘ FAIL: {n_fail} of {len(f['outputs'])} output(s) break tolerance; press b to bisect")
+        if f.get("error"):  # the engine did not build or run while the baseline did
+            verdict = (f"✘ FAIL ({f['error']['kind']}): the fused engine "
+                       + ("does not build" if f["error"]["kind"] == "build_error" else "fails while running")
+                       + f": {f['error']['message']}; press b to bisect")
         sens = f.get("sensitivity") or {}
         sens_line = ""
         if sens.get("amplifies"):

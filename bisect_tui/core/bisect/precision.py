@@ -1,0 +1,150 @@
+"""Precision bisection: which original nodes must stay in FP32.
+
+When a reduced-precision engine fails and fusion is not the cause, the user's
+next question is "what do I keep in FP32?". Peers answer with a count of
+layers; this answers with names, as a setting to paste (for ORT: the FP16
+converter's `node_block_list`), proven by building the full engine with it.
+
+Every test is one full engine build with a keep-set, judged like any other
+step of the search (so it is cached and resumable). Keeping more nodes in FP32
+is assumed to never hurt, which makes "smallest prefix of a ranked list that
+passes" a binary search. The ranking puts first what the evidence points at:
+nodes named in the engine's error message, nodes fed by weights that FP16
+cannot hold (overflow to inf, or underflow into subnormals), producers of the
+range check's FP16 overflow tensors, and the probe's tensors with the largest
+error; then every other node in graph order. The seeds are tried first (when
+they pass, "keep everything" is never built), then everything. Each node of the answer is
+necessary given the others (a one-minimal set), found with about
+log2(candidates) builds per node.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Optional
+
+import numpy as np
+from onnx import numpy_helper
+
+from bisect_tui.core.bisect.search import BuildBudgetExceeded
+
+FP16_MAX = 65504.0
+FP16_MIN_NORMAL = 6.103515625e-05
+
+
+def weight_findings(model) -> list[dict]:
+    """Initializers whose values FP16 cannot hold, with the nodes that read them."""
+    consumers: dict[str, list[str]] = {}
+    for n in model.graph.node:
+        for i in n.input:
+            consumers.setdefault(i, []).append(n.name)
+    rows = []
+    for t in model.graph.initializer:
+        if t.data_type != 1:  # FLOAT only: the converter leaves other types alone
+            continue
+        a = np.abs(numpy_helper.to_array(t).astype(np.float64)).reshape(-1)
+        if a.size == 0:
+            continue
+        nz = a[a > 0]
+        over = int((a > FP16_MAX).sum())
+        under = float((nz < FP16_MIN_NORMAL).mean()) if nz.size else 0.0
+        if over or under > 0.5:
+            rows.append({"initializer": t.name, "nodes": consumers.get(t.name, []),
+                         "abs_max": float(a.max()), "overflow_count": over,
+                         "subnormal_share": under,
+                         "finding": (f"{over} value(s) above FP16's max 65504" if over else
+                                     f"{under:.0%} of its nonzero values are below FP16's smallest "
+                                     "normal number (6.1e-05): they lose most of their digits")})
+    return rows
+
+
+def rank_candidates(triage, search: dict) -> tuple[list[str], list[dict]]:
+    """Original node names, most suspect first, and why each seed is there."""
+    index = triage.info.index
+    order = list(index.by_name)  # graph (topological) order
+    known = set(order)
+    seeds: list[tuple[str, str]] = []
+
+    def add(name: Optional[str], why: str) -> None:
+        if name and name in known and all(name != s for s, _ in seeds):
+            seeds.append((name, why))
+
+    err = (search.get("engine_error") or {}).get("message") or ""
+    for quoted in re.findall(r"\(([^()]+)\)|'([^']+)'", err):
+        for q in quoted:
+            add(q, "named in the engine's error message")
+    for w in weight_findings(triage.info.model):
+        for n in w["nodes"]:
+            add(n, f"reads {w['initializer']}: {w['finding']}")
+    fp16 = (triage.range_check or {}).get("fp16") or {}
+    for row in fp16.get("overflow", []):
+        add(row.get("node"), f"its output {row['tensor']} overflows FP16 in the baseline")
+    probe = search.get("probe") or {}
+    producer = {t: n for n, node in index.by_name.items() for t in node.output}
+    if probe.get("first_failing_tensor"):
+        add(producer.get(probe["first_failing_tensor"]), "first tensor out of tolerance in the fused graph")
+    for row in probe.get("worst_tensors", [])[:8]:
+        if not row.get("passed", True):
+            add(producer.get(row["tensor"]), f"its output is x{row['ratio']:.3g} of the tolerance")
+    seed_names = [s for s, _ in seeds]
+    ranked = seed_names + [n for n in order if n not in seed_names]
+    return ranked, [{"node": s, "why": why} for s, why in seeds]
+
+
+def precision_search(bisector, triage, search: dict, max_builds: Optional[int] = None) -> dict:
+    """Smallest proven keep-set for the engine config of `bisector`."""
+    cfg = bisector.config
+    ranked, seeds = rank_candidates(triage, search)
+    start = bisector.builds
+    tests: list[dict] = []
+
+    def passes(keep: list[str]) -> bool:
+        step = bisector.evaluate(f"keep {len(keep)} in FP32", None, cfg.with_keep_fp32(keep))
+        tests.append({"keep_fp32": sorted(keep), "passed": step.passed, "ratio": step.ratio,
+                      "max_abs": step.max_abs, "summary": step.summary, "error_kind": step.error_kind})
+        return step.passed
+
+    out = {"engine_pin": "onnxruntime.transformers.float16.convert_float_to_float16(node_block_list=...)",
+           "candidates": len(ranked), "seeds": seeds, "keep_fp32": [], "passed": False, "tests": tests}
+    try:
+        # the evidence first: when the seeds alone pass, "keep everything" needs no build
+        seed_names = [s["node"] for s in seeds]
+        if seed_names and passes(seed_names):
+            pool = seed_names
+        elif len(seed_names) < len(ranked) and passes(ranked):
+            pool = ranked
+        else:
+            out["explanation"] = ("even with every node kept in FP32 the engine fails: the precision of "
+                                  "single nodes is not the cause (inputs/outputs, a kernel, or the engine)")
+            return _finish(out, bisector, start)
+        needed: list[str] = []
+        while pool:
+            if needed and passes(needed):
+                break
+            lo, hi = 1, len(pool)  # needed + pool[:hi] is known to pass
+            while lo < hi:
+                mid = (lo + hi) // 2
+                if passes(needed + pool[:mid]):
+                    hi = mid
+                else:
+                    lo = mid + 1
+            needed.append(pool[lo - 1])
+            pool = pool[: lo - 1]
+        keep = sorted(needed, key=ranked.index)
+        proof = bisector.evaluate(f"keep {len(keep)} in FP32", None, cfg.with_keep_fp32(keep))  # cached
+        out.update(keep_fp32=keep, passed=proof.passed,
+                   metrics={"ratio": proof.ratio, "max_abs": proof.max_abs, "summary": proof.summary})
+        out["setting"] = ("convert_float_to_float16(model, keep_io_types=True, node_block_list=%r)" % (keep,))
+        out["cli"] = " ".join(f"--keep-fp32 {n}" for n in keep)
+    except BuildBudgetExceeded as exc:
+        out["explanation"] = str(exc)
+    return _finish(out, bisector, start)
+
+
+def _finish(out: dict, bisector, start: int) -> dict:
+    out["builds"] = bisector.builds - start
+    out["tests_run"] = len(out["tests"])
+    return out
+
+
+__all__ = ["precision_search", "rank_candidates", "weight_findings"]
