@@ -111,7 +111,9 @@ class BisectionScreen(Screen):
         if what in ("all", "bisect_reset", "bisect", "resize"):
             self._fill_table()
             if b.status == "finished" and table.row_count:
-                table.move_cursor(row=table.row_count - 1)  # the last steps hold the proof
+                # the last steps hold the proof; after the refresh, once the rows are measured,
+                # so the scroll position never depends on timing
+                self.call_after_refresh(self._cursor_to_end)
         elif what == "bisect_step" and b.steps:
             s = b.steps[-1]
             if len(s["kind"]) > self._widths[0]:
@@ -145,6 +147,11 @@ class BisectionScreen(Screen):
             table.add_column(label, key=key, width=widths[key])
         for s in self.app.state.bisect.steps:
             table.add_row(*step_row(s, *self._widths, self._keys), key=str(s["n"]))
+
+    def _cursor_to_end(self) -> None:
+        table = self.query_one("#bis-steps", DataTable)
+        if table.row_count:
+            table.move_cursor(row=table.row_count - 1, animate=False)
 
     def on_resize(self) -> None:
         if self._ready:
