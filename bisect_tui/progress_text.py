@@ -11,6 +11,7 @@ import time
 from typing import Optional, TextIO
 
 from bisect_tui.core.cancel import Progress
+from bisect_tui.core.escape import term
 
 
 class TextProgress:
@@ -28,10 +29,12 @@ class TextProgress:
         if not self.enabled:
             return
         now = time.monotonic()
+        # messages carry model-supplied names: never send their control characters
+        p = Progress(term(p.stage), term(p.message), p.done, p.total, p.data)
         warning = (p.data or {}).get("warning")
         if warning:  # a warning is a line of its own, never overwritten by the bar
             self.close()
-            self.stream.write(f"bisect-tui: warning: {warning}\n")
+            self.stream.write(f"bisect-tui: warning: {term(warning)}\n")
             self.stream.flush()
             return
         if self.tty:

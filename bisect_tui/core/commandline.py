@@ -25,8 +25,16 @@ def command_argv(opts, command: str = "check", model_name: Optional[str] = None)
     (paths of the reporter's machine mean nothing to the reader)."""
     from bisect_tui.core.inputs import value_text
 
-    argv = [command, model_name or Path(opts.model).name]
-    if opts.input_file:
+    torch = getattr(opts, "torch", None)
+    if torch:  # the model and its example inputs come from the PyTorch factory
+        argv = [command, "--torch", torch["spec"]]
+        if torch.get("exporter", "auto") != "auto":
+            argv += ["--exporter", torch["exporter"]]
+    else:
+        argv = [command, model_name or Path(opts.model).name]
+    if torch:
+        pass
+    elif opts.input_file:
         argv += ["--input", Path(opts.input_file).name]
     else:
         for name, dims in opts.shapes.items():

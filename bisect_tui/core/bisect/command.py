@@ -7,6 +7,7 @@ from pathlib import Path
 from bisect_tui import __version__
 from bisect_tui.core import atomic
 from bisect_tui.core.errors import ExitCode
+from bisect_tui.core.escape import term
 
 
 def bisect_exit(result: dict) -> ExitCode:
@@ -97,9 +98,9 @@ def run_bisect_command(args, opts) -> int:
     triage = Triage(opts, progress)
     try:
         summary = triage.run_all()
-        if summary["verdict"] in ("nondeterministic", "nan_inf"):
+        if summary["verdict"] in ("nondeterministic", "nan_inf", "export_mismatch"):
             progress.close()
-            print(check_text(summary))
+            print(term(check_text(summary), keep_newlines=True))
             return summary["exit_code"]
         result = run_bisection(triage, max_builds=getattr(args, "max_builds", 200),
                                max_culprits=getattr(args, "max_culprits", 5))
@@ -108,8 +109,8 @@ def run_bisect_command(args, opts) -> int:
     report = getattr(args, "report", None)
     # pictures cost a matplotlib import: only for a report asked for
     full, md, paths = export_session(triage, summary, result, with_plots=bool(report))
-    print(check_text(summary))
-    print(bisect_text(full))
+    print(term(check_text(summary), keep_newlines=True))
+    print(term(bisect_text(full), keep_newlines=True))
     if getattr(args, "json", None):
         atomic.write_json(args.json, public_json(full))
     if report:
