@@ -454,8 +454,6 @@ class BisectApp(App[int]):
 
     @work(thread=True, exclusive=True, group="engine", exit_on_error=False)
     def _export_worker(self, result: Optional[dict], copy: bool) -> None:
-        from bisect_tui.core.bisect.command import export_session
-
         outcome = "done"
         t = self.triage
         try:

@@ -21,7 +21,7 @@ from bisect_tui.tui.screens.settings import SettingsScreen
 from bisect_tui.tui.widgets.common import StepList, WhyPanel
 from bisect_tui.tui.widgets.errorprofile import ErrorProfileChart
 from newuser_models import vad_like
-from tui_helpers import gelu_options, screen_text, wait_for, wait_idle
+from tui_helpers import screen_text, wait_for, wait_idle
 
 SIZES = [(80, 24), (120, 40)]
 IDS = ["80x24", "120x40"]
