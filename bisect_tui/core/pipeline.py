@@ -437,6 +437,7 @@ class Triage:
     def run_arbiter(self) -> dict:
         """Baseline and fused outputs against a float64 run of the whole model."""
         from bisect_tui.core.arbiter import arbitrate, unavailable
+
         if self.fused is None:
             self.run_fused()
         if not self.opts.arbiter:
