@@ -30,10 +30,10 @@ OPTIONS = (
     EngineOption("config", "mapping", (), "session config entry, e.g. optimization.enable_gelu_approximation=1 "
                  "(checked against the installed ORT)", "--ort-config", "config_entries", metavar="KEY=VALUE",
                  label="config entries", form_id="entries",
-                 placeholder="key=value, ... e.g. optimization.enable_gelu_approximation=1"),
+                 placeholder="e.g. optimization.enable_gelu_approximation=1"),
     EngineOption("disable", "list", (), "disable an optimizer by name (checked against the installed ORT)",
                  "--disable", "disabled_optimizers", metavar="OPTIMIZER", label="disable optim.",
-                 form_id="disabled", placeholder="optimizer names, e.g. GeluApproximation"),
+                 form_id="disabled", placeholder="e.g. GeluApproximation"),
     EngineOption("provider", "list", (), "execution provider before the CPU fallback: "
                  + ", ".join(PROVIDER_NAMES) + " (when the installed onnxruntime has it)",
                  "--ort-provider", "providers", metavar="NAME", label="providers", in_form=False),
