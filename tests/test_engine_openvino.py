@@ -281,3 +281,21 @@ def test_precision_the_engine_really_ran_is_reported(samples, tmp_path, capsys):
         assert f"asked fp16, the compiled engine runs {used} (NOT what was asked" in out
     else:
         assert (check.get("precision_used") or {}).get("used", "fp16") == "fp16"
+
+
+def test_report_command_line_carries_the_engine_options(samples):
+    """The command line a report shows is built from the engine's declaration."""
+    from bisect_tui.core.commandline import command_argv
+    from bisect_tui.core.pipeline import TriageOptions
+
+    cfg = EngineConfig(precision="bf16").with_options(mark=json.dumps(["norm/reduce:0"]))
+    opts = TriageOptions(model=samples / "ov_rmsnorm.onnx", engine="openvino", config=cfg)
+    argv = command_argv(opts, "check")
+    assert argv[:4] == ["check", "ov_rmsnorm.onnx", "--engine", "openvino"]
+    assert argv[4:] == ["--precision", "bf16", "--ov-mark", "norm/reduce:0", "--preset", "fp32"]
+    ort_opts = TriageOptions(model=samples / "cnn.onnx", config=EngineConfig(
+        level="basic", config_entries=(("optimization.enable_gelu_approximation", "1"),),
+        disabled_optimizers=("GeluApproximation",), providers=("CUDAExecutionProvider", "CPUExecutionProvider")))
+    assert command_argv(ort_opts, "bisect")[2:] == [
+        "--level", "basic", "--ort-config", "optimization.enable_gelu_approximation=1",
+        "--disable", "GeluApproximation", "--ort-provider", "CUDAExecutionProvider"]
