@@ -265,3 +265,37 @@ def test_engine_options_are_validated_up_front(samples, tmp_path, capsys, argv, 
                          capsys)
     assert code == 2
     assert words in err and "Traceback" not in err
+
+
+def test_precision_the_engine_really_ran_is_reported(samples, tmp_path, capsys):
+    """Asked fp16, a CPU without FP16 arithmetic runs something else (bf16 here):
+    the check reads it back from the compiled model and says so."""
+    model = samples / "ov_rmsnorm_ok.onnx"
+    used = get_engine("openvino").build(model, EngineConfig(precision="fp16")).precision_used()
+    code, out, _ = run(["check", model, "--engine", "openvino", "--precision", "fp16", "--session", tmp_path / "s",
+                        "--json", tmp_path / "c.json", "-q"], capsys)
+    assert code in (0, 1)
+    check = json.loads((tmp_path / "c.json").read_text())
+    if used != "fp16":
+        assert check["precision_used"]["used"] == used and check["precision_used"]["asked"] == "fp16"
+        assert f"asked fp16, the compiled engine runs {used} (NOT what was asked" in out
+    else:
+        assert (check.get("precision_used") or {}).get("used", "fp16") == "fp16"
+
+
+def test_report_command_line_carries_the_engine_options(samples):
+    """The command line a report shows is built from the engine's declaration."""
+    from bisect_tui.core.commandline import command_argv
+    from bisect_tui.core.pipeline import TriageOptions
+
+    cfg = EngineConfig(precision="bf16").with_options(mark=json.dumps(["norm/reduce:0"]))
+    opts = TriageOptions(model=samples / "ov_rmsnorm.onnx", engine="openvino", config=cfg)
+    argv = command_argv(opts, "check")
+    assert argv[:4] == ["check", "ov_rmsnorm.onnx", "--engine", "openvino"]
+    assert argv[4:] == ["--precision", "bf16", "--ov-mark", "norm/reduce:0", "--preset", "fp32"]
+    ort_opts = TriageOptions(model=samples / "cnn.onnx", config=EngineConfig(
+        level="basic", config_entries=(("optimization.enable_gelu_approximation", "1"),),
+        disabled_optimizers=("GeluApproximation",), providers=("CUDAExecutionProvider", "CPUExecutionProvider")))
+    assert command_argv(ort_opts, "bisect")[2:] == [
+        "--level", "basic", "--ort-config", "optimization.enable_gelu_approximation=1",
+        "--disable", "GeluApproximation", "--ort-provider", "CUDAExecutionProvider"]

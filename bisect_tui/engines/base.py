@@ -64,6 +64,13 @@ class EngineOption:
     choices: tuple[str, ...] = ()
     metavar: Optional[str] = None
     label: str = ""  # the settings form's label; `name` when empty
+    form_id: str = ""  # the settings form's widget id; `opt-<name>` when empty
+    placeholder: str = ""  # the settings form's hint in an empty field
+    in_form: bool = True  # False: CLI only (e.g. providers, which depend on the machine)
+
+    @property
+    def widget_id(self) -> str:
+        return self.form_id or f"opt-{self.name}"
 
     def config_value(self, config: "EngineConfig") -> Any:
         if self.field.startswith("options."):
@@ -320,6 +327,10 @@ class Engine(Protocol):
         """Write a constant repro script (needs only numpy and this engine) plus
         its JSON into `dest`; returns the files written."""
         ...
+
+    # Optional, looked up with getattr:
+    #   default_precision() -> Optional[str]: what the engine picks when no precision is asked
+    #   add_keepset_repro(bundle, triage, result, version): the keep-set repro (engines with a keep-set)
 
     def known_optimizers(self) -> set[str]:
         """Optimizer names the installed engine knows (learnt, not hard-coded)."""

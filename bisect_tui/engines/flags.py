@@ -30,7 +30,9 @@ def add_engine_flags(group: argparse._ArgumentGroup) -> None:
     labels = ", ".join(f"{n} = {declaration(n).LABEL}" for n in names)
     group.add_argument("--engine", default="ort", metavar="ENGINE",
                        help=f"fused engine: {labels} (default ort)")
-    group.add_argument("--precision", default="fp32", choices=list(PRECISIONS),
+    precisions = list(dict.fromkeys([*PRECISIONS, *(p for n in names
+                                                    for p in declaration(n).CAPABILITIES.precisions)]))
+    group.add_argument("--precision", default="fp32", choices=precisions,
                        help="engine precision (default fp32; each engine says which it runs)")
     seen: set[str] = set()
     for engine, opt in all_options():
@@ -70,21 +72,16 @@ def _given(opt: EngineOption, value: Any) -> bool:
     return value is not None
 
 
-def config_from_args(args: argparse.Namespace) -> tuple[str, EngineConfig]:
-    """The engine's name and config from parsed flags; a flag of another
-    engine is refused (it would be ignored), then the engine validates."""
-    engine = canonical(args.engine)
-    decl = declaration(engine)
-    own = {o.flag for o in decl.OPTIONS}
-    for other, opt in all_options():
-        if opt.flag not in own and _given(opt, getattr(args, _dest(opt), None)):
-            raise UserError(f"{opt.flag} is an option of {declaration(other).LABEL} (--engine {other}); "
-                            f"this run uses --engine {engine} ({decl.LABEL}), which would ignore it")
-    fields: dict[str, Any] = {"precision": args.precision,
-                              "keep_fp32": tuple(sorted(set(getattr(args, "keep_fp32", []) or [])))}
+def option_fields(decl, values: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
+    """Raw option values (by option name: strings, lists, KEY=VALUE lists) ->
+    `EngineConfig` fields and engine-specific `options`; what the CLI and the
+    settings form share. Options absent from `values` are left out."""
+    fields: dict[str, Any] = {}
     options: dict[str, str] = {}
     for opt in decl.OPTIONS:
-        value = getattr(args, _dest(opt), None)
+        if opt.name not in values:
+            continue
+        value = values[opt.name]
         if opt.kind == "mapping":
             value = _kv_list(value or [], opt.flag)
         elif opt.kind == "list":
@@ -100,6 +97,22 @@ def config_from_args(args: argparse.Namespace) -> tuple[str, EngineConfig]:
             continue
         if value is not None:
             fields[opt.field] = value
+    return fields, options
+
+
+def config_from_args(args: argparse.Namespace) -> tuple[str, EngineConfig]:
+    """The engine's name and config from parsed flags; a flag of another
+    engine is refused (it would be ignored), then the engine validates."""
+    engine = canonical(args.engine)
+    decl = declaration(engine)
+    own = {o.flag for o in decl.OPTIONS}
+    for other, opt in all_options():
+        if opt.flag not in own and _given(opt, getattr(args, _dest(opt), None)):
+            raise UserError(f"{opt.flag} is an option of {declaration(other).LABEL} (--engine {other}); "
+                            f"this run uses --engine {engine} ({decl.LABEL}), which would ignore it")
+    values = {opt.name: getattr(args, _dest(opt), None) for opt in decl.OPTIONS}
+    fields, options = option_fields(decl, values)
+    fields.update(precision=args.precision, keep_fp32=tuple(sorted(set(getattr(args, "keep_fp32", []) or []))))
     config = EngineConfig(**fields, options=tuple(sorted(options.items())))
     decl.load().validate(config)
     return engine, config

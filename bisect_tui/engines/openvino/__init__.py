@@ -12,13 +12,13 @@ LABEL = "OpenVINO"
 
 OPTIONS = (
     EngineOption("device", "text", "CPU", "OpenVINO device", "--ov-device", "options.device",
-                 label="device"),
+                 label="device", placeholder="CPU"),
     EngineOption("config", "mapping", (), "compile property KEY=VALUE, e.g. NUM_STREAMS=1 (checked against "
                  "the device's supported properties)", "--ov-config", "config_entries", metavar="KEY=VALUE",
-                 label="compile properties"),
+                 label="properties", placeholder="KEY=VALUE, ... e.g. NUM_STREAMS=1"),
     EngineOption("mark", "list", (), "add this tensor to the model's outputs before compiling (blocks a "
                  "fusion across it: the workaround `bisect` proves)", "--ov-mark", "options.mark",
-                 metavar="TENSOR", label="marked tensors"),
+                 metavar="TENSOR", label="mark tensors", placeholder="tensor names, e.g. norm/reduce:0"),
 )
 
 CAPABILITIES = Capabilities(

@@ -26,15 +26,17 @@ _EXTERNAL_DATA_THRESHOLD = 1_800_000_000
 
 OPTIONS = (
     EngineOption("level", "choice", "all", "graph optimization level of the fused engine (default all)",
-                 "--level", "level", choices=LEVELS, label="optimization level"),
+                 "--level", "level", choices=LEVELS, label="level", form_id="level"),
     EngineOption("config", "mapping", (), "session config entry, e.g. optimization.enable_gelu_approximation=1 "
                  "(checked against the installed ORT)", "--ort-config", "config_entries", metavar="KEY=VALUE",
-                 label="session config"),
+                 label="config entries", form_id="entries",
+                 placeholder="e.g. optimization.enable_gelu_approximation=1"),
     EngineOption("disable", "list", (), "disable an optimizer by name (checked against the installed ORT)",
-                 "--disable", "disabled_optimizers", metavar="OPTIMIZER", label="disabled optimizers"),
+                 "--disable", "disabled_optimizers", metavar="OPTIMIZER", label="disable optim.",
+                 form_id="disabled", placeholder="e.g. GeluApproximation"),
     EngineOption("provider", "list", (), "execution provider before the CPU fallback: "
                  + ", ".join(PROVIDER_NAMES) + " (when the installed onnxruntime has it)",
-                 "--ort-provider", "providers", metavar="NAME", label="execution providers"),
+                 "--ort-provider", "providers", metavar="NAME", label="providers", in_form=False),
 )
 
 CAPABILITIES = Capabilities(

@@ -323,6 +323,9 @@ class OrtEngine:
             return ("add these tensors to the model's outputs to block the fusion: "
                     + ", ".join(workaround.get("marked_tensors") or []))
         if kind == "keep_fp32":
+            if workaround.get("keep_fp32"):
+                return ("convert_float_to_float16(model, keep_io_types=True, node_block_list=%r)"
+                        % (list(workaround["keep_fp32"]),))
             return "onnxruntime.transformers.float16.convert_float_to_float16(node_block_list=...)"
         return "no optimizer switch or marking restored tolerance; see the steps"
 
@@ -336,6 +339,12 @@ class OrtEngine:
         from bisect_tui.core.bisect.bundle import write_ort_repro
 
         return write_ort_repro(dest, spec)
+
+    def add_keepset_repro(self, bundle: Path, triage, result: dict, version: str) -> None:
+        """The FP16 keep-set repro (`keepset/` in the bundle): numpy, onnx and onnxruntime only."""
+        from bisect_tui.core.bisect.keepset_bundle import add_keepset_repro
+
+        add_keepset_repro(bundle, triage, result, version)
 
     def build(
         self,
@@ -416,7 +425,12 @@ class OrtEngine:
         tmp_opt = workdir / f".optimized_{key}.{uuid.uuid4().hex[:8]}.onnx"
         so.optimized_model_filepath = str(tmp_opt)
         so.enable_cpu_mem_arena = False  # dumps of many tensors must stay memory bounded
-        so.log_severity_level = 3  # warnings (e.g. "NCHWc model is hardware specific") would garble the TUI
+        # FATAL only: ORT's warnings ("NCHWc model is hardware specific") and coloured ERROR
+        # lines would garble the TUI and print before our one-line error (which says it all)
+        from bisect_tui.core.runner import ORT_QUIET, quiet_ort
+
+        quiet_ort()
+        so.log_severity_level = ORT_QUIET
         if isinstance(model_arg, str) and _uses_external_data_file(Path(model_arg)):
             so.add_session_config_entry(
                 "session.optimized_model_external_initializers_file_name", optimized.name + ".data"
