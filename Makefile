@@ -38,6 +38,7 @@ bench: $(TEST_STAMP)
 	$(PY) sample_models/build.py -q
 	$(PY) bench/baseline_memory.py
 	$(PY) bench/bisect_vs_debug_reduce.py
+	$(PY) bench/speed_at_scale.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache build *.egg-info

@@ -10,8 +10,10 @@ nothing.
 
 Rows per model:
 - bisect-tui w1 k1: `bisect-tui bisect --workers 1 --fanout 1` (the binary search, one build at a time);
-- bisect-tui w1 kN: `--workers 1 --fanout N` (N split points a round, one build at a time);
-- bisect-tui wN kN: `--workers N --fanout N` (the same builds, N at a time: the speed-up of the pool);
+- bisect-tui wN kN: `--workers N --fanout N` (N split points a round, N builds at a time);
+- bisect-tui --no-probe w1 kN and wN kN: the search by builds alone (the probe usually names the
+  culprit at once, leaving no rounds to run in parallel), with the same builds one at a time and N at
+  a time: the speed-up of the pool;
 - debug reduce bisect / linear: as in bench/bisect_vs_debug_reduce.py (golden dump of the unfused
   model timed with it, a lean ORT+numpy check script, `--load-inputs`).
 
@@ -106,12 +108,14 @@ def judge(found: list[list[str]], expected: list[list[str]]) -> tuple[bool, str]
     return ok, f"{hit}/{len(exp)} covered, {extra} outside"
 
 
-def run_bt(model: Path, inputs: Path, tmp: Path, workers: int, fanout: int, tag: str) -> dict:
+def run_bt(model: Path, inputs: Path, tmp: Path, workers: int, fanout: int, tag: str, probe: bool = True) -> dict:
     out = tmp / f"{tag}.json"
     sess = tmp / f"{tag}_session"
     cmd = [str(Path(sys.executable).parent / "bisect-tui"), "bisect", str(model), "--session", str(sess),
            "--input", str(inputs), "--ort-config", "optimization.enable_gelu_approximation=1",
            "--workers", str(workers), "--fanout", str(fanout), "--json", str(out), "-q"]
+    if not probe:
+        cmd.append("--no-probe")
     rc, wall, peak, so, se = timed(cmd, tmp)
     if rc not in (0, 1) or not out.exists():
         raise SystemExit(f"bisect-tui failed ({rc}):\n{so[-2000:]}\n{se[-2000:]}")
@@ -233,9 +237,10 @@ def main() -> int:
             np.savez(inputs, **{k: rng.standard_normal(v).astype(np.float32) for k, v in info["input"].items()})
             print(f"{name} ({info['nodes']} nodes):", end=" ", flush=True)
             r = {}
-            for tag, w, k in (("bt_w1_k1", 1, 1), (f"bt_w1_k{n}", 1, n), (f"bt_w{n}_k{n}", n, n)):
+            for tag, w, k, pr in (("bt_w1_k1", 1, 1, True), (f"bt_w{n}_k{n}", n, n, True),
+                                  (f"np_w1_k{n}", 1, n, False), (f"np_w{n}_k{n}", n, n, False)):
                 print(tag, end=" ", flush=True)
-                r[tag] = run_bt(model, inputs, tmp, w, k, tag)
+                r[tag] = run_bt(model, inputs, tmp, w, k, tag, pr)
             print("reduce-bisect", end=" ", flush=True)
             r["pg_bisect"] = run_pg(model, inputs, tmp, "bisect", info["nodes"], None)
             if info["nodes"] <= args.linear_max_nodes:
@@ -254,26 +259,29 @@ def main() -> int:
     summary = []
     for name, info, r in rows:
         exp = info["expected"]
-        for tag, label in (("bt_w1_k1", "bisect-tui, 1 worker, fanout 1"), (f"bt_w1_k{n}", f"bisect-tui, 1 worker, fanout {n}"),
+        for tag, label in (("bt_w1_k1", "bisect-tui, 1 worker, fanout 1"),
                            (f"bt_w{n}_k{n}", f"bisect-tui, {n} workers, fanout {n}"),
+                           (f"np_w1_k{n}", f"bisect-tui --no-probe, 1 worker, fanout {n}"),
+                           (f"np_w{n}_k{n}", f"bisect-tui --no-probe, {n} workers, fanout {n}"),
                            ("pg_bisect", "debug reduce --mode bisect"), ("pg_linear", "debug reduce --mode linear")):
             x = r.get(tag)
             if x is None:
                 continue
             ok, how = judge(x["culprits"], exp) if x.get("culprits") else (False, "timed out" if x.get("timed_out") else "none")
             bound = ""
-            if tag.startswith("bt"):
+            if tag.startswith(("bt", "np")):
                 b = math.ceil(math.log2(max(x["fused"], 2))) + 3
                 bound = f"{b} ({x['search_builds']})"
             print(f"| {name} | {info['nodes']} | {label} | {x['wall']:.2f} | {x['whole']} | {x['sub']} | "
                   f"{x['peak'] / 2**20:.0f} | {'yes' if ok else 'NO'} ({how}) | {x.get('answer')} | {bound} |")
-        b1, bk, bn, pg = r["bt_w1_k1"], r[f"bt_w1_k{n}"], r[f"bt_w{n}_k{n}"], r["pg_bisect"]
+        b1, bd, bk, bn, pg = r["bt_w1_k1"], r[f"bt_w{n}_k{n}"], r[f"np_w1_k{n}"], r[f"np_w{n}_k{n}"], r["pg_bisect"]
         same = bk["steps"] == bn["steps"] and bk["culprits"] == bn["culprits"] and bk["whole"] == bn["whole"]
         summary.append(
             f"{name}: debug reduce bisect / bisect-tui: {pg['wall'] / b1['wall']:.1f}x (1 worker), "
-            f"{pg['wall'] / bn['wall']:.1f}x ({n} workers); search alone (bisect.seconds) "
-            f"{b1['search_s']:.2f} s / {bk['search_s']:.2f} s / {bn['search_s']:.2f} s (w1k1 / w1k{n} / w{n}k{n}), "
-            f"{n}-worker speed-up on the same builds: whole command {bk['wall'] / bn['wall']:.2f}x, "
+            f"{pg['wall'] / bd['wall']:.1f}x ({n} workers, fanout {n}); search alone (bisect.seconds) "
+            f"{b1['search_s']:.2f} s / {bd['search_s']:.2f} s; without the probe {bk['search_s']:.2f} s (1 worker) / "
+            f"{bn['search_s']:.2f} s ({n} workers), "
+            f"{n}-worker speed-up on the same builds (no probe): whole command {bk['wall'] / bn['wall']:.2f}x, "
             f"search {bk['search_s'] / max(bn['search_s'], 1e-9):.2f}x; steps identical: {'yes' if same else 'NO'}; "
             f"workers seen: {bn['workers_used']}; passes named: {b1['passes']}")
     print()

@@ -126,6 +126,8 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--fanout", type=_positive_int, default=1, metavar="K",
                    help="candidates the search builds per round (default 1: binary search; K > 1: "
                         "K split points per round, fewer rounds for more builds, for K workers)")
+    b.add_argument("--no-probe", action="store_true",
+                   help="search by builds alone: skip the fused-graph probe that names suspects to try first")
     tu = sub.add_parser("tui", help="open the app on a model")
     _add_model_options(tu)
     r = sub.add_parser("resume", help="reopen a session directory in the app where it stopped")

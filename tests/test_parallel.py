@@ -52,9 +52,10 @@ def test_split_points_cut_the_range_evenly():
 @pytest.mark.slow
 def test_two_workers_give_the_serial_result_and_build_count(samples, cases, tmp_path):
     model = samples / "two_culprits.onnx"
-    serial = run_bisection(_triage(model, tmp_path / "w1"), workers=1, fanout=3)
+    # without the probe's suspects the search is all k-ary rounds
+    serial = run_bisection(_triage(model, tmp_path / "w1"), workers=1, fanout=3, use_probe=False)
     t2 = _triage(model, tmp_path / "w2")
-    parallel = run_bisection(t2, workers=2, fanout=3)
+    parallel = run_bisection(t2, workers=2, fanout=3, use_probe=False)
     assert _shape(serial) == _shape(parallel)
     expected = sorted(cases["two_culprits"]["expected_culprits"])
     found = sorted(c["original_nodes"] for c in parallel["culprits"])
@@ -66,12 +67,15 @@ def test_two_workers_give_the_serial_result_and_build_count(samples, cases, tmp_
     built = [r for r in lines if not r.get("cached") and "from" not in r]
     workers = {r["worker"] for r in built}
     assert "main" in workers and any(w.startswith("w") and w[1:].isdigit() for w in workers), workers
-    assert any(r.get("round_size", 1) >= 2 for r in built)  # the k-ary rounds were built together
+    rounds = [r for r in built if r["kind"] == "bisect"]
+    assert rounds and all(r.get("round_size", 1) >= 2 for r in rounds[:1])  # the k-ary rounds built together
+    assert any(r["worker"] != "main" for r in rounds)
+    assert "probe" not in parallel
     serial_lines = [json.loads(x) for x in (tmp_path / "w1" / "bisect" / "steps.jsonl").read_text().splitlines()]
     assert {r.get("worker") for r in serial_lines if "from" not in r} == {"main"}
 
     # resume: a rerun of the parallel session rebuilds nothing and says the same
-    again = run_bisection(_triage(model, tmp_path / "w2"), workers=2, fanout=3)
+    again = run_bisection(_triage(model, tmp_path / "w2"), workers=2, fanout=3, use_probe=False)
     assert again["engine_builds"] == 0
     assert [c["original_nodes"] for c in again["culprits"]] == _shape(parallel)["culprits"]
 
@@ -86,15 +90,17 @@ def test_fanout_one_is_the_binary_search(samples, cases, tmp_path):
     assert not any(s.get("round_size") for s in a["steps"] if s["kind"] == "bisect")
 
 
-def test_cli_workers_and_fanout_flags(samples, tmp_path, capsys):
+def test_cli_workers_and_fanout_flags(samples, cases, tmp_path, capsys):
     out = tmp_path / "r.json"
     code = main(["bisect", str(samples / "deep_stack.onnx"), "--session", str(tmp_path / "s"),
                  "--ort-config", "optimization.enable_gelu_approximation=1", "--workers", "2",
-                 "--fanout", "2", "--json", str(out), "-q"])
+                 "--fanout", "2", "--no-probe", "--json", str(out), "-q"])
     assert code == 1
     res = json.loads(out.read_text())["bisect"]
     assert res["parallel"] == {"workers": 2, "fanout": 2}
     assert res["verdict"] == "culprits" and len(res["culprits"]) == 1
+    assert culprit_matches(res["culprits"][0]["original_nodes"], cases["deep_stack"]["expected_culprits"][0])
+    assert "probe" not in res and not any(s["kind"] == "suspect alone" for s in res["steps"])
     capsys.readouterr()
     with pytest.raises(SystemExit) as exc:
         main(["bisect", str(samples / "deep_stack.onnx"), "--workers", "0"])

@@ -109,7 +109,8 @@ def run_bisect_command(args, opts) -> int:
         workers = getattr(args, "workers", None) or default_workers()
         result = run_bisection(triage, max_builds=getattr(args, "max_builds", 200),
                                max_culprits=getattr(args, "max_culprits", 5),
-                               workers=workers, fanout=getattr(args, "fanout", 1) or 1)
+                               workers=workers, fanout=getattr(args, "fanout", 1) or 1,
+                               use_probe=not getattr(args, "no_probe", False))
     finally:
         progress.close()
     report = getattr(args, "report", None)

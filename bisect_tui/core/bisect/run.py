@@ -68,7 +68,7 @@ def _culprits_of(triage, bis, search: dict, layer: int, exposed_by: list[str], f
 
 
 def run_bisection(triage, max_builds: int = 200, config=None, max_culprits: int = 5,
-                  workers: int = 1, fanout: int = 1) -> dict:
+                  workers: int = 1, fanout: int = 1, use_probe: bool = True) -> dict:
     """Run (or resume) the bisection; writes bisect/result.json and returns it.
 
     A fixpoint: after each round's culprits are attributed, the full engine is
@@ -81,14 +81,18 @@ def run_bisection(triage, max_builds: int = 200, config=None, max_culprits: int 
     triage.session.mark_step("bisect", "running")
     from bisect_tui.core.bisect.pool import pool_for
 
-    pool = pool_for(triage, workers)  # started on the first round with two or more builds
+    pool = pool_for(triage, workers)
+    if fanout > 1:
+        pool.start()  # rounds of several builds will come: the workers' imports overlap the first steps
+    # (with fanout 1 only the attribution has such rounds: the pool starts there, when it does)
     bis = Bisector(triage, config, max_builds, max_culprits, fanout=fanout, pool=pool)
 
     def probe(optimized: str, units: list[Unit]) -> dict:
         return run_probe(triage, optimized, units)
 
     try:
-        result = _run(triage, bis, probe, max_builds, max_culprits)
+        # without the probe the search runs on builds alone (no suspects tried first)
+        result = _run(triage, bis, probe if use_probe else None, max_builds, max_culprits)
     except Cancelled:
         triage.session.mark_step("bisect", "cancelled", steps=len(bis.steps))
         raise
