@@ -106,3 +106,30 @@ def test_cli_workers_and_fanout_flags(samples, cases, tmp_path, capsys):
         main(["bisect", str(samples / "deep_stack.onnx"), "--workers", "0"])
     assert exc.value.code == 2
     assert "expected 1 or more" in capsys.readouterr().err
+
+
+def test_pool_starts_lazily_only_for_slow_builds(samples, monkeypatch):
+    """Fast builds (these take milliseconds) stay in this process: a worker would cost
+    more to start than it saves. Once builds count as slow, the round is shared."""
+    import numpy as np
+
+    from bisect_tui.core.bisect import pool as poolmod
+    from bisect_tui.engines import get_engine
+
+    model = samples / "deep_stack.onnx"
+    feeds = [{"x": np.random.default_rng(0).standard_normal((1, 8, 32)).astype(np.float32)}]
+    cfg = EngineConfig(config_entries=GELU).to_dict()
+    jobs = [poolmod.BuildJob(config=cfg, marks=()), poolmod.BuildJob(config=cfg, marks=("blk0/ln/mean:0",))]
+    p = poolmod.BuildPool(get_engine("ort"), "ort", str(model), feeds, 2)
+    try:
+        fast = p.run(jobs)
+        assert [r.worker for r in fast] == ["main", "main"] and p._ex is None
+        monkeypatch.setattr(poolmod, "LAZY_START_BUILD_SECONDS", 0.0)
+        shared = p.run(jobs)
+        assert shared[0].worker == "main" and shared[1].worker.startswith("w")
+        for a, b in zip(fast, shared):  # the same build gives the same numbers in either process
+            assert a.outputs[0].keys() == b.outputs[0].keys()
+            for k in a.outputs[0]:
+                np.testing.assert_array_equal(a.outputs[0][k], b.outputs[0][k])
+    finally:
+        p.close()

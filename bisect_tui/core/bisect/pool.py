@@ -134,6 +134,14 @@ def _work(job: BuildJob) -> BuildResult:
         return BuildResult(fault=str(exc), worker=_W["name"])
 
 
+# A spawned worker costs about a second of CPU (a fresh interpreter importing
+# onnx and the engine). A pool nobody started on purpose (fanout 1: only the
+# attribution has rounds of several builds) starts only once builds are seen
+# to take longer than that; until then a round runs here, one build at a time.
+# Which process builds never changes a result, only the wall time.
+LAZY_START_BUILD_SECONDS = 2.0
+
+
 class BuildPool:
     """`workers` builds at a time: this process builds one candidate of each
     round itself while `workers - 1` pool processes build the others."""
@@ -145,6 +153,7 @@ class BuildPool:
         self.workers = max(1, int(workers))
         self.engine_name = engine_name
         self._ex: Optional[cf.ProcessPoolExecutor] = None
+        self._local_seconds: list[float] = []
         if self.workers > 1 and engine_name is None:
             self.workers = 1  # an engine object given in code (tests' programmed engine): no registry name
 
@@ -164,7 +173,7 @@ class BuildPool:
 
     def run(self, jobs: list[BuildJob]) -> list[BuildResult]:
         """Results in the order of `jobs`."""
-        if self.workers < 2 or len(jobs) < 2:
+        if self.workers < 2 or len(jobs) < 2 or (self._ex is None and not self._builds_are_slow()):
             return [self._local(j) for j in jobs]
         self.start()
         assert self._ex is not None
@@ -183,8 +192,14 @@ class BuildPool:
                 raise EnvironmentFault(r.fault)
         return results
 
+    def _builds_are_slow(self) -> bool:
+        seen = self._local_seconds[-5:]
+        return bool(seen) and sum(seen) / len(seen) >= LAZY_START_BUILD_SECONDS
+
     def _local(self, job: BuildJob) -> BuildResult:
-        return build_and_run(self.engine, self.model_path, self.feeds, job, "main")
+        res = build_and_run(self.engine, self.model_path, self.feeds, job, "main")
+        self._local_seconds.append(res.seconds)
+        return res
 
     def close(self) -> None:
         if self._ex is not None:
