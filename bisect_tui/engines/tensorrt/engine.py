@@ -1,0 +1,386 @@
+"""TensorRT as the fused engine, through Polygraphy's loaders only.
+
+Nothing here runs without TensorRT and an NVIDIA GPU; `tensorrt` and
+Polygraphy's TensorRT backend are imported inside functions, so importing
+this module (and `bisect-tui --help`) costs nothing. What can be checked
+without a GPU (inspector JSON mapping, FP32 pins, cache keys, profiles,
+option refusals, feature detection) lives in the sibling modules and is
+tested on every machine; this module is the thin glue, exercised by
+`tests/test_tensorrt_gpu.py` and `scripts/gpu_check.sh` on a GPU box.
+
+Polygraphy API used (checked in the 0.53.6 wheel and NVIDIA/TensorRT
+tools/Polygraphy): `NetworkFromOnnxPath(path, mark_unfused_tensors_as_debug_tensors=)`,
+`ModifyNetworkOutputs(network, outputs=)`, `PostprocessNetwork(network, func)`,
+`CreateConfig(tf32=, fp16=, bf16=, int8=, precision_constraints=, profiles=,
+calibrator=, profiling_verbosity=, memory_pool_limits=, builder_optimization_level=)`,
+`EngineBytesFromNetwork(network, config)`, `EngineFromBytes(bytes)`,
+`Calibrator(data_loader, cache=)`, `TrtRunner(engine).infer(feed_dict)`
+(the runner adds captured debug tensors to its outputs), and TensorRT's
+`engine.create_engine_inspector().get_engine_information(LayerInformationFormat.JSON)`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import tempfile
+import weakref
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Collection, Optional
+
+import numpy as np
+
+from bisect_tui.core.errors import EngineBuildError, EngineRunError, ExitCode, UserError
+from bisect_tui.engines.base import EngineConfig, FusedNode
+from bisect_tui.engines.tensorrt.cache import EngineCache, cache_key
+from bisect_tui.engines.tensorrt.features import TrtFeatures, detect
+from bisect_tui.engines.tensorrt.inspector import fused_nodes_from_inspector, parse_inspector
+from bisect_tui.engines.tensorrt.options import TrtOptions, validate
+from bisect_tui.engines.tensorrt.precision import NetworkLayer, PrecisionPlan, plan_keep_fp32
+from bisect_tui.engines.tensorrt.profiles import build_profiles, to_polygraphy
+
+INSTALL_HINT = (
+    "TensorRT is not installed: on a machine with an NVIDIA GPU run "
+    "`pip install -e '.[tensorrt]'` (or scripts/gpu_check.sh)"
+)
+
+
+@dataclass
+class TrtCapabilities:
+    """What the installed TensorRT lets a bisection do, in user words."""
+
+    available: bool
+    reason: str = ""
+    marking: str = "network outputs (breaks fusion at the marked tensor)"
+    observation: str = ""
+    keep_fp32: str = ""
+    disable_passes: str = "not available: TensorRT has no per-pass switch; use marking or FP32 pins"
+    on_marking_failure: str = (
+        "when marking makes the build fail, the engine is rebuilt unmarked and the bisection "
+        "falls back to region isolation (the failing marks are reported)"
+    )
+    features: dict = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def capabilities_for(features: Optional[TrtFeatures], reason: str = "") -> TrtCapabilities:
+    if features is None:
+        return TrtCapabilities(available=False, reason=reason or INSTALL_HINT)
+    if features.mark_unfused_debug:
+        obs = "debug tensors (mark_unfused_tensors_as_debug_tensors): fusion is kept, fused-away tensors are absent"
+    elif features.mark_debug:
+        obs = "marked debug tensors (mark_debug): may block fusion at the marked tensors"
+    else:
+        obs = "network outputs: blocks fusion at the observed tensors"
+    if features.layer_precisions:
+        keep = "layer precisions pinned to FP32 with obeyed precision constraints"
+    else:
+        keep = "strongly typed network: the keep-set nodes stay FP32 when the model is converted to FP16"
+    return TrtCapabilities(available=True, observation=obs, keep_fp32=keep, features=features.to_dict())
+
+
+def import_tensorrt():
+    """The tensorrt module, or a one-line environment error saying how to get it."""
+    try:
+        import tensorrt  # noqa: F401
+    except Exception as e:  # ImportError, or a CUDA library missing at load time
+        raise UserError(f"{INSTALL_HINT} ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})",
+                        ExitCode.ENVIRONMENT) from None
+    return tensorrt
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip() or type(e).__name__
+    return text.splitlines()[0]
+
+
+def _file_sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def options_from_config(config: EngineConfig, base: Optional[TrtOptions] = None) -> TrtOptions:
+    """The engine-neutral precision wins; TensorRT-only settings come from `base`."""
+    base = base or TrtOptions()
+    return TrtOptions(
+        precision=config.precision or base.precision,
+        tf32=base.tf32,
+        calibration_cache=base.calibration_cache,
+        workspace_mb=base.workspace_mb,
+        builder_optimization_level=base.builder_optimization_level,
+    )
+
+
+class TrtBuilt:
+    """A built TensorRT engine with its runner and its layer map."""
+
+    def __init__(self, engine, config: EngineConfig, source_path: Path, output_names: list[str],
+                 inspector_json: Optional[str], unmarkable: list[str], marking_error: str,
+                 precision_plan: PrecisionPlan, cache_hit: bool, tmpdir=None):
+        from polygraphy.backend.trt import TrtRunner
+
+        self.config = config
+        self.source_path = source_path
+        self.output_names = output_names
+        self.optimized_model_path: Optional[Path] = None  # TensorRT has no ONNX view of its plan
+        self.inspector_json = inspector_json
+        self.unmarkable = unmarkable
+        self.marking_error = marking_error
+        self.precision_plan = precision_plan
+        self.cache_hit = cache_hit
+        self._engine = engine
+        self._runner = TrtRunner(engine)
+        self._runner.activate()
+        self._fused: Optional[list[FusedNode]] = None
+        self._tmpdir = tmpdir
+        if tmpdir is not None:
+            self._finalizer = weakref.finalize(self, tmpdir.cleanup)
+
+    @property
+    def fused_nodes(self) -> list[FusedNode]:
+        if self._fused is None:
+            import onnx
+
+            from bisect_tui.core.graph import GraphIndex
+
+            index = GraphIndex.build(onnx.load(str(self.source_path), load_external_data=False))
+            layers = parse_inspector(self.inspector_json) if self.inspector_json else []
+            self._fused = fused_nodes_from_inspector(layers, index)
+        return self._fused
+
+    def run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        if self._runner is None:
+            raise RuntimeError("engine is closed")
+        try:
+            out = self._runner.infer(feed_dict=dict(feeds))
+        except Exception as e:  # PolygraphyException, RuntimeError from CUDA
+            raise EngineRunError(f"TensorRT failed running the engine: {_first_line(e)}", _first_line(e)) from None
+        return {k: np.array(v) for k, v in out.items()}
+
+    def close(self) -> None:
+        if self._runner is not None:
+            try:
+                self._runner.deactivate()
+            finally:
+                self._runner = None
+                self._engine = None
+        if self._tmpdir is not None:
+            self._finalizer()
+            self._tmpdir = None
+
+
+class TensorRTEngine:
+    """`--engine tensorrt`: see the module docstring."""
+
+    name = "tensorrt"
+
+    def __init__(self, options: Optional[TrtOptions] = None, shapes: Optional[dict] = None,
+                 profile_ranges: Optional[dict] = None, cache_dir: Optional[Path] = None):
+        self.options = options or TrtOptions()
+        self.shapes = dict(shapes or {})
+        self.profile_ranges = dict(profile_ranges or {})
+        self.cache_dir = Path(cache_dir) if cache_dir else None
+        self.last_build_info: dict = {}
+
+    # -- what the installed TensorRT can do ---------------------------------
+    def features(self) -> TrtFeatures:
+        return detect(import_tensorrt())
+
+    def capabilities(self) -> TrtCapabilities:
+        try:
+            return capabilities_for(self.features())
+        except UserError as e:
+            return capabilities_for(None, str(e))
+
+    def known_optimizers(self) -> set[str]:
+        return set()  # TensorRT exposes no per-pass switch
+
+    def unknown_optimizers(self, names: Collection[str]) -> list[str]:
+        return list(names)
+
+    def versions(self) -> dict[str, str]:
+        import polygraphy
+
+        v = {"polygraphy": polygraphy.__version__}
+        try:
+            v["tensorrt"] = import_tensorrt().__version__
+        except UserError:
+            v["tensorrt"] = "not installed"
+        return v
+
+    # -- build ---------------------------------------------------------------
+    def build(self, model_path: Path, config: EngineConfig, marked: Collection[str] = (),
+              workdir: Optional[Path] = None, observe_debug: bool = False) -> TrtBuilt:
+        import onnx
+
+        trt = import_tensorrt()
+        feats = detect(trt)
+        model_path = Path(model_path)
+        if not model_path.exists():
+            raise UserError(f"model file not found: {model_path}")
+        model = onnx.load(str(model_path), load_external_data=False)
+        opts = validate(options_from_config(config, self.options), model)
+        if opts.precision == "int8" and opts.calibration_cache and feats.always_strongly_typed:
+            raise UserError(f"TensorRT {feats.version} has no implicit INT8: give a model with Q/DQ nodes "
+                            "instead of a calibration cache")
+        if opts.precision == "bf16" and feats.always_strongly_typed:
+            raise UserError(f"TensorRT {feats.version} takes BF16 only from the model's own types; "
+                            "give a BF16 model and --precision fp32")
+        tmpdir = None
+        if workdir is None:
+            tmpdir = tempfile.TemporaryDirectory(prefix="bisect_tui_trt_")
+            workdir = Path(tmpdir.name)
+        workdir = Path(workdir)
+        workdir.mkdir(parents=True, exist_ok=True)
+        try:
+            return self._build(trt, feats, model, model_path, config, opts, list(dict.fromkeys(marked)),
+                               workdir, tmpdir, observe_debug)
+        except BaseException:
+            if tmpdir is not None:
+                tmpdir.cleanup()
+            raise
+
+    def _typed_source(self, feats: TrtFeatures, model_path: Path, opts: TrtOptions, keep: list[str],
+                      workdir: Path) -> Path:
+        """On strongly typed TensorRT, FP16 comes from the model: convert it,
+        leaving the keep-set nodes in FP32 (the converter's node block list)."""
+        if not (feats.always_strongly_typed and opts.precision == "fp16"):
+            return model_path
+        import onnx
+        from onnxruntime.transformers.float16 import convert_float_to_float16
+
+        tag = hashlib.sha256(("\n".join(sorted(keep)) + _file_sha256(model_path)).encode()).hexdigest()[:16]
+        out = workdir / f"trt_fp16_{tag}.onnx"
+        if not out.exists():
+            m = onnx.load(str(model_path))
+            try:
+                conv = convert_float_to_float16(m, keep_io_types=True, node_block_list=sorted(keep) or None)
+            except Exception as e:
+                raise EngineBuildError(f"could not convert the model to FP16: {_first_line(e)}") from None
+            onnx.save(conv, str(out))
+        return out
+
+    def _build(self, trt, feats, model, model_path, config, opts, marked, workdir, tmpdir, observe_debug):
+        from polygraphy.backend.trt import (
+            Calibrator,
+            CreateConfig,
+            EngineBytesFromNetwork,
+            EngineFromBytes,
+            ModifyNetworkOutputs,
+            NetworkFromOnnxPath,
+            PostprocessNetwork,
+        )
+        from polygraphy.exception import PolygraphyException
+
+        from bisect_tui.core.model import load_model_info
+
+        keep = sorted(set(config.keep_fp32))
+        source = self._typed_source(feats, model_path, opts, keep, workdir)
+        info = load_model_info(model_path)
+        specs = build_profiles(info.inputs, self.shapes, self.profile_ranges)
+        graph_outputs = [o.name for o in model.graph.output]
+        import onnx
+
+        parsed = model if source == model_path else onnx.load(str(source), load_external_data=False)
+        # tensors of the model TensorRT parses (the FP16 converter may rename around casts)
+        existing = {o for n in parsed.graph.node for o in n.output}
+        unmarkable = [t for t in marked if t not in existing]
+        marked = [t for t in marked if t in existing]
+        node_outputs = {n.name: list(n.output) for n in model.graph.node}
+        debug = observe_debug and feats.mark_unfused_debug
+        plan_box: dict = {}
+
+        def make_network(with_marks: bool):
+            net = NetworkFromOnnxPath(str(source), mark_unfused_tensors_as_debug_tensors=debug or None)
+            if with_marks and marked:
+                net = ModifyNetworkOutputs(net, outputs=graph_outputs + marked)
+            if keep and feats.layer_precisions:
+                def pin(network):
+                    layers = []
+                    for layer in network:
+                        outs = [layer.get_output(i) for i in range(layer.num_outputs)]
+                        layers.append(NetworkLayer(
+                            name=layer.name,
+                            outputs=tuple(t.name for t in outs),
+                            output_types=tuple(str(t.dtype).split(".")[-1].upper() for t in outs),
+                            metadata=str(getattr(layer, "metadata", "") or ""),
+                            layer_type=str(layer.type).split(".")[-1]))
+                    plan = plan_keep_fp32(layers, keep, node_outputs, strongly_typed=False)
+                    plan_box["plan"] = plan
+                    for layer in network:
+                        if layer.name in plan.pins:
+                            layer.precision = trt.float32
+                            for i in range(layer.num_outputs):
+                                layer.set_output_type(i, trt.float32)
+                net = PostprocessNetwork(net, pin, name="KeepFp32")
+            return net
+
+        kwargs = opts.create_config_kwargs()
+        if not feats.obey_precision_constraints:
+            kwargs.pop("precision_constraints")
+        if feats.always_strongly_typed:  # precision comes from the model's types
+            for k in ("fp16", "bf16", "int8"):
+                kwargs[k] = False
+        kwargs["profiles"] = to_polygraphy(specs)
+        kwargs["profiling_verbosity"] = trt.ProfilingVerbosity.DETAILED
+        if opts.workspace_mb:
+            kwargs["memory_pool_limits"] = {trt.MemoryPoolType.WORKSPACE: opts.workspace_mb << 20}
+        if opts.precision == "int8" and opts.calibration_cache:
+            kwargs["calibrator"] = Calibrator(data_loader=[], cache=str(opts.calibration_cache))
+
+        cache = EngineCache(self.cache_dir or workdir / "trt_engines")
+        versions = {"tensorrt": feats.version, **{k: v for k, v in self.versions().items() if k == "polygraphy"}}
+
+        def key_for(marks):
+            return cache_key(_file_sha256(source), {**opts.to_dict(), "profiles": [asdict(s) for s in specs]},
+                             marks, keep, (), "debug" if debug else "outputs", versions)
+
+        def build_once(marks: list[str]):
+            key = key_for(marks)
+            data = cache.get(key)
+            hit = data is not None
+            if data is None:
+                data = EngineBytesFromNetwork(make_network(bool(marks)), config=CreateConfig(**kwargs))()
+                data = bytes(data)
+                cache.put(key, data, {"model": str(source.name), "marked": len(marks), "keep_fp32": keep})
+            engine = EngineFromBytes(data)()
+            return engine, hit
+
+        marking_error = ""
+        try:
+            try:
+                engine, hit = build_once(marked)
+            except PolygraphyException as e:
+                if not marked:
+                    raise
+                # marking broke the build: say so, rebuild unmarked, let the search isolate regions
+                marking_error = _first_line(e)
+                unmarkable = unmarkable + marked
+                marked = []
+                engine, hit = build_once([])
+        except PolygraphyException as e:
+            raise EngineBuildError(f"TensorRT could not build the engine: {_first_line(e)}", _first_line(e)) from None
+        inspector = engine.create_engine_inspector() if feats.engine_inspector else None
+        doc = inspector.get_engine_information(trt.LayerInformationFormat.JSON) if inspector else None
+        plan = plan_box.get("plan") or plan_keep_fp32([], keep, node_outputs, feats.always_strongly_typed)
+        self.last_build_info = {"cache_hit": hit, "marking_error": marking_error, "precision_plan": plan.to_dict(),
+                                "observe": "debug" if debug else "outputs"}
+        return TrtBuilt(engine, config, model_path, graph_outputs + marked, doc, unmarkable, marking_error,
+                        plan, hit, tmpdir)
+
+
+def describe_build(info: dict) -> str:
+    """One line for logs and the app: what the last build did."""
+    parts = ["reused a cached engine" if info.get("cache_hit") else "built a new engine"]
+    if info.get("marking_error"):
+        parts.append("marking made the build fail, so it was rebuilt unmarked (region isolation instead): "
+                     + info["marking_error"])
+    pins = (info.get("precision_plan") or {}).get("pins") or {}
+    if pins:
+        parts.append(f"{len(pins)} layer(s) pinned to FP32")
+    return "; ".join(parts)
