@@ -235,15 +235,14 @@ def test_feature_detection_tensorrt_10_and_11():
 
 
 def test_without_tensorrt_the_engine_says_how_to_get_it(tmp_path):
-    try:
-        import tensorrt  # noqa: F401
+    import importlib.util
+
+    if importlib.util.find_spec("tensorrt") is not None:
         pytest.skip("tensorrt is importable here; this checks the machine without it")
-    except ImportError:
-        pass
     from bisect_tui.engines.tensorrt.engine import TensorRTEngine
 
     eng = TensorRTEngine()
-    cap = eng.capabilities()
+    cap = eng.installed_capabilities()
     assert not cap.available and "pip install -e '.[tensorrt]'" in cap.reason
     src = tmp_path / "m.onnx"
     onnx.save(chain_model(), str(src))
@@ -366,3 +365,68 @@ def test_profiles_from_user_shapes():
         build_profiles(inputs, {}, {"x": ((4, 3, 8), (2, 3, 8), (8, 3, 8))})
     with pytest.raises(UserError, match="MIN:OPT:MAX"):
         parse_profile_range("x=1x3")
+
+
+def test_fusions_across_names_layers_that_hide_a_mark():
+    """Marking `mm_out` as an output: in trt10_detailed the ForeignNode still
+    spans MatMul_3 -> Mul_4 without writing `mm_out`, so it hides the mark."""
+    from bisect_tui.engines.tensorrt.inspector import fusions_across
+
+    index = GraphIndex.build(chain_model())
+    fused = fused_nodes_from_inspector(load_fixture("trt10_detailed"), index)
+    hidden = fusions_across(fused, ["mm_out"], index)
+    assert [f.name for f in hidden] == ["{ForeignNode[MatMul_3...Softmax_5]}"]
+    # relu_out is written by its layer: that mark is honoured
+    assert fusions_across(fused, ["relu_out"], index) == []
+    # conv_out is inside `Conv_0 + Relu_1`
+    assert [f.name for f in fusions_across(fused, ["conv_out", "no_such"], index)] == ["Conv_0 + Relu_1"]
+
+
+# ------------------------------------------------------------------ engine words, repro
+
+
+def test_engine_refuses_what_tensorrt_cannot_do_and_says_how_to_apply_fixes():
+    from bisect_tui.engines.tensorrt.engine import TensorRTEngine
+
+    eng = TensorRTEngine()
+    with pytest.raises(UserError, match="no per-pass switch"):
+        eng.validate(EngineConfig(disabled_optimizers=("ConvBNFusion",)))
+    with pytest.raises(UserError, match="one optimization level"):
+        eng.validate(EngineConfig(level="basic"))
+    eng.validate(EngineConfig(precision="fp16"))
+    assert eng.describe(EngineConfig(precision="fp16", keep_fp32=("Softmax_5",))) == [
+        ("engine", "TensorRT via Polygraphy, FP16"), ("kept in FP32", "Softmax_5")]
+    text = eng.workaround_text({"kind": "keep_fp32", "layer_precisions": {"Softmax_5": "fp32", "Softmax_5_1": "fp32"}})
+    assert text.endswith("--layer-precisions Softmax_5:float32 Softmax_5_1:float32 -o model.engine")
+    assert "--precision-constraints obey" in text
+    assert "TensorRT 11" in eng.workaround_text({"kind": "keep_fp32"})
+    assert "ModifyNetworkOutputs" in eng.workaround_text({"kind": "mark_outputs", "marked_tensors": ["t"]})
+    assert eng.name == "tensorrt" and eng.known_optimizers() == set()
+
+
+def test_repro_script_is_constant_and_reads_names_from_json(tmp_path):
+    import subprocess
+    import sys
+    from types import SimpleNamespace
+
+    from bisect_tui.engines.tensorrt.engine import TensorRTEngine
+    from bisect_tui.engines.tensorrt.repro import SCRIPT
+
+    evil = 'out"; import os; os.system("echo pwned") #'
+    spec = SimpleNamespace(model_file="model.onnx", inputs_file="inputs.npz", config=EngineConfig(precision="fp16").to_dict(),
+                           outputs=[evil], tolerance={evil: {"atol": 1e-3, "rtol": 1e-3}},
+                           reference={"file": "reference.npz", "name": "onnxruntime fp32"},
+                           workaround={"kind": "keep_fp32", "keep_fp32": ["Softmax_5"]}, extra={"input_names": ["x"]})
+    files = TensorRTEngine().write_repro(tmp_path, spec)
+    assert [f.name for f in files] == ["repro_tensorrt.py", "repro_tensorrt.json"]
+    assert files[0].read_text() == SCRIPT and evil not in SCRIPT
+    data = json.loads(files[1].read_text())
+    assert data["outputs"] == [evil] and data["input_names"] == ["x"]
+    assert data["create_config"] == {"tf32": False, "fp16": True, "bf16": False, "int8": False,
+                                     "precision_constraints": "obey"}
+    compile(SCRIPT, "repro_tensorrt.py", "exec")
+    import importlib.util
+
+    if importlib.util.find_spec("tensorrt") is None:
+        r = subprocess.run([sys.executable, str(files[0])], capture_output=True, text=True, timeout=120)
+        assert r.returncode == 5 and "needs tensorrt and polygraphy" in r.stderr

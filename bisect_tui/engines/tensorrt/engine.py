@@ -34,7 +34,8 @@ from bisect_tui.core.errors import EngineBuildError, EngineRunError, ExitCode, U
 from bisect_tui.engines.base import EngineConfig, FusedNode
 from bisect_tui.engines.tensorrt.cache import EngineCache, cache_key
 from bisect_tui.engines.tensorrt.features import TrtFeatures, detect
-from bisect_tui.engines.tensorrt.inspector import fused_nodes_from_inspector, parse_inspector
+from bisect_tui.engines.tensorrt.declare import CAPABILITIES, OPTIONS, profile_ranges, trt_options
+from bisect_tui.engines.tensorrt.inspector import fused_nodes_from_inspector, fusions_across, parse_inspector
 from bisect_tui.engines.tensorrt.options import TrtOptions, validate
 from bisect_tui.engines.tensorrt.precision import NetworkLayer, PrecisionPlan, plan_keep_fp32
 from bisect_tui.engines.tensorrt.profiles import build_profiles, to_polygraphy
@@ -104,63 +105,98 @@ def _file_sha256(path: Path) -> str:
     return h.hexdigest()
 
 
-def options_from_config(config: EngineConfig, base: Optional[TrtOptions] = None) -> TrtOptions:
-    """The engine-neutral precision wins; TensorRT-only settings come from `base`."""
-    base = base or TrtOptions()
-    return TrtOptions(
-        precision=config.precision or base.precision,
-        tf32=base.tf32,
-        calibration_cache=base.calibration_cache,
-        workspace_mb=base.workspace_mb,
-        builder_optimization_level=base.builder_optimization_level,
-    )
-
-
 class TrtBuilt:
-    """A built TensorRT engine with its runner and its layer map."""
+    """A built TensorRT engine with its runner and its layer map.
 
-    def __init__(self, engine, config: EngineConfig, source_path: Path, output_names: list[str],
-                 inspector_json: Optional[str], unmarkable: list[str], marking_error: str,
-                 precision_plan: PrecisionPlan, cache_hit: bool, tmpdir=None):
-        from polygraphy.backend.trt import TrtRunner
+    With dynamic inputs and no profile from the user, the engine is built on
+    the first `run`, for exactly the shapes of those feeds (min = opt = max)."""
 
+    def __init__(self, config: EngineConfig, source_path: Path, output_names: list[str],
+                 unmarkable: list[str], make, tmpdir=None):
         self.config = config
         self.source_path = source_path
         self.output_names = output_names
         self.optimized_model_path: Optional[Path] = None  # TensorRT has no ONNX view of its plan
-        self.inspector_json = inspector_json
         self.unmarkable = unmarkable
-        self.marking_error = marking_error
-        self.precision_plan = precision_plan
-        self.cache_hit = cache_hit
-        self._engine = engine
-        self._runner = TrtRunner(engine)
-        self._runner.activate()
+        self.marking_error = ""
+        self.inspector_json: Optional[str] = None
+        self.precision_plan: Optional[PrecisionPlan] = None
+        self.cache_hit = False
+        self._make = make  # feeds shapes (or None) -> (engine, info dict)
+        self._engine = None
+        self._runner = None
         self._fused: Optional[list[FusedNode]] = None
+        self._index = None
+        self._dynamic_without_shapes = False  # set by the engine: build waits for the first feeds
         self._tmpdir = tmpdir
         if tmpdir is not None:
             self._finalizer = weakref.finalize(self, tmpdir.cleanup)
 
-    @property
-    def fused_nodes(self) -> list[FusedNode]:
-        if self._fused is None:
+    def ensure(self, shapes: Optional[dict] = None) -> None:
+        if self._runner is not None:
+            return
+        from polygraphy.backend.trt import TrtRunner
+
+        engine, info = self._make(shapes)
+        self._engine = engine
+        self.inspector_json = info["inspector"]
+        self.marking_error = info["marking_error"]
+        self.precision_plan = info["plan"]
+        self.cache_hit = info["cache_hit"]
+        if info["dropped_marks"]:  # marking broke the build: rebuilt unmarked
+            self.unmarkable = list(dict.fromkeys(self.unmarkable + info["dropped_marks"]))
+            self.output_names = [n for n in self.output_names if n not in info["dropped_marks"]]
+        self._runner = TrtRunner(engine)
+        self._runner.activate()
+
+    def _graph(self):
+        if self._index is None:
             import onnx
 
             from bisect_tui.core.graph import GraphIndex
 
-            index = GraphIndex.build(onnx.load(str(self.source_path), load_external_data=False))
+            self._index = GraphIndex.build(onnx.load(str(self.source_path), load_external_data=False))
+        return self._index
+
+    @property
+    def fused_nodes(self) -> list[FusedNode]:
+        if self._fused is None:
+            self.ensure()
             layers = parse_inspector(self.inspector_json) if self.inspector_json else []
-            self._fused = fused_nodes_from_inspector(layers, index)
+            self._fused = fused_nodes_from_inspector(layers, self._graph())
         return self._fused
 
     def run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        if self._runner is None:
-            raise RuntimeError("engine is closed")
+        self.ensure({k: list(np.shape(v)) for k, v in feeds.items()})
         try:
             out = self._runner.infer(feed_dict=dict(feeds))
         except Exception as e:  # PolygraphyException, RuntimeError from CUDA
             raise EngineRunError(f"TensorRT failed running the engine: {_first_line(e)}", _first_line(e)) from None
-        return {k: np.array(v) for k, v in out.items()}
+        return {k: np.array(v) for k, v in out.items() if k in self.output_names}
+
+    def observe(self, feeds: dict[str, np.ndarray], tensors) -> dict[str, np.ndarray]:
+        """Debug tensors captured by the runner's listener (engines built with
+        unfused tensors marked as debug tensors), under their ONNX names."""
+        self.ensure({k: list(np.shape(v)) for k, v in feeds.items()})
+        try:
+            out = self._runner.infer(feed_dict=dict(feeds))
+        except Exception as e:
+            raise EngineRunError(f"TensorRT failed running the engine: {_first_line(e)}", _first_line(e)) from None
+        want = set(tensors)
+        return {k: np.array(v) for k, v in out.items() if k in want}
+
+    def fusions_across(self, marks) -> list[FusedNode]:
+        return fusions_across(self.fused_nodes, marks, self._graph())
+
+    def precision_used(self) -> str:
+        """The lowest float precision a compute layer of the built engine writes."""
+        self.ensure()
+        layers = parse_inspector(self.inspector_json) if self.inspector_json else []
+        seen = {la.precision for la in layers if not la.is_copy}
+        for p in ("int8", "fp8", "fp16", "bf16", "tf32", "fp32"):
+            if p in seen:
+                return p
+        return self.config.precision
 
     def close(self) -> None:
         if self._runner is not None:
@@ -174,24 +210,44 @@ class TrtBuilt:
             self._tmpdir = None
 
 
+class TrtObserver:
+    """The probe's view: an unmarked engine built with unfused tensors as
+    debug tensors, so observing changes nothing about what TensorRT fused."""
+
+    def __init__(self, built: TrtBuilt):
+        self._built = built
+
+    @property
+    def tensors(self) -> list[str]:
+        index = self._built._graph()
+        return [t for f in self._built.fused_nodes for t in f.outputs if t in index.producer]
+
+    def observe(self, feeds, tensors):
+        return self._built.observe(feeds, tensors)
+
+    def close(self) -> None:
+        self._built.close()
+
+
 class TensorRTEngine:
     """`--engine tensorrt`: see the module docstring."""
 
     name = "tensorrt"
+    label = "TensorRT"
+    library = "tensorrt"
+    options = OPTIONS
+    capabilities = CAPABILITIES
 
-    def __init__(self, options: Optional[TrtOptions] = None, shapes: Optional[dict] = None,
-                 profile_ranges: Optional[dict] = None, cache_dir: Optional[Path] = None):
-        self.options = options or TrtOptions()
+    def __init__(self, shapes: Optional[dict] = None, cache_dir: Optional[Path] = None):
         self.shapes = dict(shapes or {})
-        self.profile_ranges = dict(profile_ranges or {})
         self.cache_dir = Path(cache_dir) if cache_dir else None
-        self.last_build_info: dict = {}
 
     # -- what the installed TensorRT can do ---------------------------------
     def features(self) -> TrtFeatures:
         return detect(import_tensorrt())
 
-    def capabilities(self) -> TrtCapabilities:
+    def installed_capabilities(self) -> TrtCapabilities:
+        """The capability answer in words, for the installed TensorRT (or why none)."""
         try:
             return capabilities_for(self.features())
         except UserError as e:
@@ -213,6 +269,62 @@ class TensorRTEngine:
             v["tensorrt"] = "not installed"
         return v
 
+    def validate(self, config: EngineConfig) -> None:
+        """What can be refused before a build, TensorRT installed or not."""
+        validate(trt_options(config))
+        profile_ranges(config)
+        if config.disabled_optimizers:
+            raise UserError(f"--disable {config.disabled_optimizers[0]}: TensorRT has no per-pass switch; "
+                            "the search marks tensors and pins layers to FP32 instead")
+        if config.level not in ("all",):
+            raise UserError("TensorRT has one optimization level here (all); use --trt-opt-level for the builder's")
+
+    def describe(self, config: EngineConfig) -> list[tuple[str, str]]:
+        o = trt_options(config)
+        lines = [("engine", f"TensorRT via Polygraphy, {o.precision.upper()}"
+                  + (", TF32 allowed" if o.tf32 else ""))]
+        if o.calibration_cache:
+            lines.append(("INT8 calibration cache", o.calibration_cache))
+        if o.builder_optimization_level is not None:
+            lines.append(("builder optimization level", str(o.builder_optimization_level)))
+        if config.keep_fp32:
+            lines.append(("kept in FP32", ", ".join(config.keep_fp32)))
+        return lines
+
+    def workaround_text(self, workaround) -> str:
+        kind = workaround.get("kind")
+        if kind == "keep_fp32":
+            layers = workaround.get("layer_precisions") or {}
+            if layers:
+                pins = " ".join(f"{name}:float32" for name in layers)
+                return ("polygraphy convert model.onnx --fp16 --precision-constraints obey --layer-precisions "
+                        + pins + " -o model.engine")
+            return ("keep the nodes in FP32 in the ONNX model (convert_float_to_float16(node_block_list=...)); "
+                    "TensorRT 11 takes precisions from the model's types")
+        if kind == "mark_outputs":
+            return ("mark " + ", ".join(workaround.get("marked_tensors") or []) + " as network outputs "
+                    "(Polygraphy ModifyNetworkOutputs / --trt-outputs): TensorRT stops fusing there")
+        return "no TensorRT setting was proven to fix it"
+
+    def write_repro(self, dest: Path, spec) -> list[Path]:
+        from bisect_tui.engines.tensorrt.repro import write_repro
+
+        cfg = EngineConfig.from_dict(spec.config)
+        kwargs = trt_options(cfg).create_config_kwargs()
+        names = list(spec.extra.get("input_names") or [])
+        return write_repro(dest, spec, kwargs, names, cfg.precision)
+
+    def observer(self, model_path: Path, config: EngineConfig, optimized_path: Optional[str] = None):
+        """Debug-tensor observation where the installed TensorRT has it; None otherwise
+        (marking outputs would change what TensorRT fuses, so it is no observer)."""
+        try:
+            feats = self.features()
+        except UserError:
+            return None
+        if not feats.mark_unfused_debug:
+            return None
+        return TrtObserver(self.build(model_path, config, (), None, observe_debug=True))
+
     # -- build ---------------------------------------------------------------
     def build(self, model_path: Path, config: EngineConfig, marked: Collection[str] = (),
               workdir: Optional[Path] = None, observe_debug: bool = False) -> TrtBuilt:
@@ -223,8 +335,9 @@ class TensorRTEngine:
         model_path = Path(model_path)
         if not model_path.exists():
             raise UserError(f"model file not found: {model_path}")
+        self.validate(config)
         model = onnx.load(str(model_path), load_external_data=False)
-        opts = validate(options_from_config(config, self.options), model)
+        opts = validate(trt_options(config), model)
         if opts.precision == "int8" and opts.calibration_cache and feats.always_strongly_typed:
             raise UserError(f"TensorRT {feats.version} has no implicit INT8: give a model with Q/DQ nodes "
                             "instead of a calibration cache")
@@ -238,8 +351,11 @@ class TensorRTEngine:
         workdir = Path(workdir)
         workdir.mkdir(parents=True, exist_ok=True)
         try:
-            return self._build(trt, feats, model, model_path, config, opts, list(dict.fromkeys(marked)),
-                               workdir, tmpdir, observe_debug)
+            built = self._prepare(trt, feats, model, model_path, config, opts, list(dict.fromkeys(marked)),
+                                  workdir, tmpdir, observe_debug)
+            if not built._dynamic_without_shapes:
+                built.ensure()  # build now: build errors belong to build()
+            return built
         except BaseException:
             if tmpdir is not None:
                 tmpdir.cleanup()
@@ -265,7 +381,8 @@ class TensorRTEngine:
             onnx.save(conv, str(out))
         return out
 
-    def _build(self, trt, feats, model, model_path, config, opts, marked, workdir, tmpdir, observe_debug):
+    def _prepare(self, trt, feats, model, model_path, config, opts, marked, workdir, tmpdir, observe_debug):
+        import onnx
         from polygraphy.backend.trt import (
             Calibrator,
             CreateConfig,
@@ -282,10 +399,9 @@ class TensorRTEngine:
         keep = sorted(set(config.keep_fp32))
         source = self._typed_source(feats, model_path, opts, keep, workdir)
         info = load_model_info(model_path)
-        specs = build_profiles(info.inputs, self.shapes, self.profile_ranges)
+        ranges = profile_ranges(config)
+        dynamic = any(not s.is_static for s in info.inputs)
         graph_outputs = [o.name for o in model.graph.output]
-        import onnx
-
         parsed = model if source == model_path else onnx.load(str(source), load_external_data=False)
         # tensors of the model TensorRT parses (the FP16 converter may rename around casts)
         existing = {o for n in parsed.graph.node for o in n.output}
@@ -293,12 +409,14 @@ class TensorRTEngine:
         marked = [t for t in marked if t in existing]
         node_outputs = {n.name: list(n.output) for n in model.graph.node}
         debug = observe_debug and feats.mark_unfused_debug
-        plan_box: dict = {}
+        versions = {"tensorrt": feats.version, "polygraphy": self.versions()["polygraphy"]}
+        cache = EngineCache(self.cache_dir or workdir / "trt_engines")
+        source_digest = _file_sha256(source)
 
-        def make_network(with_marks: bool):
+        def make_network(marks, plan_box):
             net = NetworkFromOnnxPath(str(source), mark_unfused_tensors_as_debug_tensors=debug or None)
-            if with_marks and marked:
-                net = ModifyNetworkOutputs(net, outputs=graph_outputs + marked)
+            if marks:
+                net = ModifyNetworkOutputs(net, outputs=graph_outputs + list(marks))
             if keep and feats.layer_precisions:
                 def pin(network):
                     layers = []
@@ -320,58 +438,63 @@ class TensorRTEngine:
                 net = PostprocessNetwork(net, pin, name="KeepFp32")
             return net
 
-        kwargs = opts.create_config_kwargs()
-        if not feats.obey_precision_constraints:
-            kwargs.pop("precision_constraints")
-        if feats.always_strongly_typed:  # precision comes from the model's types
-            for k in ("fp16", "bf16", "int8"):
-                kwargs[k] = False
-        kwargs["profiles"] = to_polygraphy(specs)
-        kwargs["profiling_verbosity"] = trt.ProfilingVerbosity.DETAILED
-        if opts.workspace_mb:
-            kwargs["memory_pool_limits"] = {trt.MemoryPoolType.WORKSPACE: opts.workspace_mb << 20}
-        if opts.precision == "int8" and opts.calibration_cache:
-            kwargs["calibrator"] = Calibrator(data_loader=[], cache=str(opts.calibration_cache))
+        def make(shapes):
+            specs = build_profiles(info.inputs, {**self.shapes, **(shapes or {})}, ranges)
+            kwargs = opts.create_config_kwargs()
+            if not feats.obey_precision_constraints:
+                kwargs.pop("precision_constraints")
+            if feats.always_strongly_typed:  # precision comes from the model's types
+                for k in ("fp16", "bf16", "int8"):
+                    kwargs[k] = False
+            kwargs["profiles"] = to_polygraphy(specs)
+            kwargs["profiling_verbosity"] = trt.ProfilingVerbosity.DETAILED
+            if opts.workspace_mb:
+                kwargs["memory_pool_limits"] = {trt.MemoryPoolType.WORKSPACE: opts.workspace_mb << 20}
+            if opts.precision == "int8" and opts.calibration_cache:
+                kwargs["calibrator"] = Calibrator(data_loader=[], cache=str(opts.calibration_cache))
+            options_key = {**opts.to_dict(), "profiles": [asdict(s) for s in specs]}
 
-        cache = EngineCache(self.cache_dir or workdir / "trt_engines")
-        versions = {"tensorrt": feats.version, **{k: v for k, v in self.versions().items() if k == "polygraphy"}}
+            def once(marks):
+                plan_box: dict = {}
+                key = cache_key(source_digest, options_key, marks, keep, (), "debug" if debug else "outputs",
+                                versions)
+                data = cache.get(key)
+                hit = data is not None
+                if data is None:
+                    data = bytes(EngineBytesFromNetwork(make_network(marks, plan_box),
+                                                        config=CreateConfig(**kwargs))())
+                    record = {"model": source.name, "marked": len(marks), "keep_fp32": keep}
+                    if plan_box.get("plan"):
+                        record["precision_plan"] = plan_box["plan"].to_dict()
+                    cache.put(key, data, record)
+                return EngineFromBytes(data)(), hit, plan_box.get("plan")
 
-        def key_for(marks):
-            return cache_key(_file_sha256(source), {**opts.to_dict(), "profiles": [asdict(s) for s in specs]},
-                             marks, keep, (), "debug" if debug else "outputs", versions)
-
-        def build_once(marks: list[str]):
-            key = key_for(marks)
-            data = cache.get(key)
-            hit = data is not None
-            if data is None:
-                data = EngineBytesFromNetwork(make_network(bool(marks)), config=CreateConfig(**kwargs))()
-                data = bytes(data)
-                cache.put(key, data, {"model": str(source.name), "marked": len(marks), "keep_fp32": keep})
-            engine = EngineFromBytes(data)()
-            return engine, hit
-
-        marking_error = ""
-        try:
+            marking_error, dropped = "", []
             try:
-                engine, hit = build_once(marked)
+                try:
+                    engine, hit, plan = once(marked)
+                except PolygraphyException as e:
+                    if not marked:
+                        raise
+                    # marking broke the build: say so, rebuild unmarked, let the search isolate regions
+                    marking_error, dropped = _first_line(e), list(marked)
+                    engine, hit, plan = once([])
             except PolygraphyException as e:
-                if not marked:
-                    raise
-                # marking broke the build: say so, rebuild unmarked, let the search isolate regions
-                marking_error = _first_line(e)
-                unmarkable = unmarkable + marked
-                marked = []
-                engine, hit = build_once([])
-        except PolygraphyException as e:
-            raise EngineBuildError(f"TensorRT could not build the engine: {_first_line(e)}", _first_line(e)) from None
-        inspector = engine.create_engine_inspector() if feats.engine_inspector else None
-        doc = inspector.get_engine_information(trt.LayerInformationFormat.JSON) if inspector else None
-        plan = plan_box.get("plan") or plan_keep_fp32([], keep, node_outputs, feats.always_strongly_typed)
-        self.last_build_info = {"cache_hit": hit, "marking_error": marking_error, "precision_plan": plan.to_dict(),
-                                "observe": "debug" if debug else "outputs"}
-        return TrtBuilt(engine, config, model_path, graph_outputs + marked, doc, unmarkable, marking_error,
-                        plan, hit, tmpdir)
+                raise EngineBuildError(f"TensorRT could not build the engine: {_first_line(e)}",
+                                       _first_line(e)) from None
+            doc = None
+            if feats.engine_inspector:
+                inspector = engine.create_engine_inspector()
+                doc = inspector.get_engine_information(trt.LayerInformationFormat.JSON)
+            if plan is None:
+                plan = plan_keep_fp32([], keep, node_outputs, feats.always_strongly_typed)
+            return engine, {"inspector": doc, "marking_error": marking_error, "plan": plan, "cache_hit": hit,
+                            "dropped_marks": dropped}
+
+        built = TrtBuilt(config, model_path, graph_outputs + marked, unmarkable, make, tmpdir)
+        built._dynamic_without_shapes = dynamic and not ranges and not all(
+            s.name in self.shapes for s in info.inputs if not s.is_static)
+        return built
 
 
 def describe_build(info: dict) -> str:

@@ -298,3 +298,27 @@ def fused_nodes_from_inspector(layers: Iterable[InspectorLayer], index: GraphInd
             )
         )
     return out
+
+
+def fusions_across(fused: Iterable[FusedNode], marks: Iterable[str], index: GraphIndex) -> list[FusedNode]:
+    """Engine layers that still hide a marked tensor inside.
+
+    Marking a tensor as a network output usually stops TensorRT fusing across
+    it, but a Myelin region can write the extra output and stay one kernel.
+    A layer hides mark `t` when it covers the node producing `t` and a node
+    consuming `t`, yet `t` is not one of the layer's outputs: the tensor exists
+    only inside the fused kernel, so the search must judge that region in
+    isolation instead of trusting the mark."""
+    marks = [m for m in dict.fromkeys(marks) if m in index.producer]
+    out: list[FusedNode] = []
+    for f in fused:
+        covered = set(f.original_nodes)
+        if len(covered) < 2:
+            continue
+        for t in marks:
+            if t in f.outputs:
+                continue
+            if index.producer[t] in covered and covered & set(index.consumers.get(t, ())):
+                out.append(f)
+                break
+    return out
