@@ -430,3 +430,13 @@ def test_repro_script_is_constant_and_reads_names_from_json(tmp_path):
     if importlib.util.find_spec("tensorrt") is None:
         r = subprocess.run([sys.executable, str(files[0])], capture_output=True, text=True, timeout=120)
         assert r.returncode == 5 and "needs tensorrt and polygraphy" in r.stderr
+
+
+def test_int8_refusal_comes_before_tensorrt_is_needed(tmp_path):
+    from bisect_tui.engines.tensorrt.engine import TensorRTEngine
+
+    src = tmp_path / "m.onnx"
+    onnx.save(chain_model(), str(src))
+    with pytest.raises(UserError) as e:
+        TensorRTEngine().build(src, EngineConfig(precision="int8"))
+    assert e.value.code == ExitCode.USAGE and "calibration cache" in str(e.value)

@@ -330,14 +330,15 @@ class TensorRTEngine:
               workdir: Optional[Path] = None, observe_debug: bool = False) -> TrtBuilt:
         import onnx
 
-        trt = import_tensorrt()
-        feats = detect(trt)
         model_path = Path(model_path)
         if not model_path.exists():
             raise UserError(f"model file not found: {model_path}")
+        # refusals first: they hold whatever TensorRT is installed (or none)
         self.validate(config)
         model = onnx.load(str(model_path), load_external_data=False)
         opts = validate(trt_options(config), model)
+        trt = import_tensorrt()
+        feats = detect(trt)
         if opts.precision == "int8" and opts.calibration_cache and feats.always_strongly_typed:
             raise UserError(f"TensorRT {feats.version} has no implicit INT8: give a model with Q/DQ nodes "
                             "instead of a calibration cache")
