@@ -440,3 +440,29 @@ def test_int8_refusal_comes_before_tensorrt_is_needed(tmp_path):
     with pytest.raises(UserError) as e:
         TensorRTEngine().build(src, EngineConfig(precision="int8"))
     assert e.value.code == ExitCode.USAGE and "calibration cache" in str(e.value)
+
+
+# ------------------------------------------------------------------ the GPU-box script, the extra
+
+
+def test_gpu_check_script_parses_and_stops_cleanly_without_a_gpu(tmp_path):
+    import shutil
+    import subprocess
+
+    script = Path(__file__).resolve().parents[1] / "scripts" / "gpu_check.sh"
+    assert subprocess.run(["bash", "-n", str(script)]).returncode == 0
+    if shutil.which("nvidia-smi"):
+        pytest.skip("this machine has nvidia-smi: the script would really run")
+    r = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=60,
+                       env={"PATH": "/usr/bin:/bin", "OUT_DIR": str(tmp_path / "out"), "VENV": str(tmp_path / "venv")})
+    assert r.returncode == 5 and "needs an NVIDIA GPU" in r.stderr
+    assert not (tmp_path / "venv").exists()  # nothing installed on a machine that cannot run it
+
+
+def test_tensorrt_extra_is_optional():
+    import tomllib
+
+    meta = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())["project"]
+    assert not any("tensorrt" in d for d in meta["dependencies"])
+    assert not any("tensorrt" in d for d in meta["optional-dependencies"]["test"])
+    assert meta["optional-dependencies"]["tensorrt"] == ["tensorrt>=10,<12"]
