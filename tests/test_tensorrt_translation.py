@@ -466,3 +466,15 @@ def test_tensorrt_extra_is_optional():
     assert not any("tensorrt" in d for d in meta["dependencies"])
     assert not any("tensorrt" in d for d in meta["optional-dependencies"]["test"])
     assert meta["optional-dependencies"]["tensorrt"] == ["tensorrt>=10,<12"]
+
+
+def test_declarations_import_no_engine_library():
+    import subprocess
+    import sys
+
+    code = ("import sys, bisect_tui.engines.tensorrt as t; "
+            "print(t.LABEL, sorted(m for m in ('tensorrt', 'polygraphy.backend.trt', 'onnxruntime', 'onnx') "
+            "if m in sys.modules))")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "TensorRT []"
