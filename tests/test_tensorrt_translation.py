@@ -478,3 +478,39 @@ def test_declarations_import_no_engine_library():
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == "TensorRT []"
+
+
+def test_engines_are_cached_in_the_session_even_for_marked_builds(tmp_path):
+    """The search builds marked engines without a workdir: the cache is found
+    from the model's place in the session."""
+    from bisect_tui.engines.tensorrt.engine import session_cache_dir
+
+    sess = tmp_path / "sess"
+    (sess / "bisect" / "iso_3").mkdir(parents=True)
+    (sess / "session.json").write_text("{}")
+    assert session_cache_dir(sess / "model.onnx") == (sess / "engines" / "trt_engines").resolve()
+    assert session_cache_dir(sess / "bisect" / "iso_3" / "subgraph.onnx") == (sess / "engines" / "trt_engines").resolve()
+    loose = tmp_path / "loose"
+    loose.mkdir()
+    assert session_cache_dir(loose / "m.onnx") is None
+    assert session_cache_dir(loose / "m.onnx", tmp_path / "wd") == tmp_path / "wd" / "trt_engines"
+    # a symlinked session.json is not trusted
+    other = tmp_path / "other"
+    other.mkdir()
+    os.symlink(sess / "session.json", other / "session.json")
+    assert session_cache_dir(other / "m.onnx") is None
+
+
+def test_build_progress_lines_and_cancel():
+    from bisect_tui.engines.tensorrt.progress import BuildProgress
+
+    lines, answers = [], iter([None, None, None, False])
+    bp = BuildProgress(lambda text: (lines.append(text), next(answers, None))[1])
+    bp.phase_start("Building engine", None, 3)
+    bp.phase_start("Tactic selection", "Building engine", 10)
+    assert bp.step_complete("Tactic selection", 4) is True
+    assert lines[-1] == "building the TensorRT engine: Building engine 0/3 > Tactic selection 5/10"
+    assert bp.step_complete("Tactic selection", 5) is False  # the user cancelled: TensorRT stops the build
+    bp.phase_finish("Tactic selection")
+    bp.phase_finish("Building engine")
+    assert lines[-1] == "building the TensorRT engine: done"

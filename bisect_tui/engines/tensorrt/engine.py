@@ -97,6 +97,22 @@ def _first_line(e: BaseException) -> str:
     return text.splitlines()[0]
 
 
+def session_cache_dir(model_path: Path, workdir: Optional[Path] = None) -> Optional[Path]:
+    """Where built engines are cached: the session's `engines/trt_engines`.
+
+    The search builds marked engines without a workdir and isolates subgraphs
+    written inside the session, so the session is found from the model's
+    place (the nearest folder above it holding `session.json`, a real file,
+    at most four levels up). Outside a session the workdir holds them; with
+    neither, nothing is cached (None)."""
+    here = Path(model_path).resolve().parent
+    for d in [here, *list(here.parents)[:4]]:
+        meta = d / "session.json"
+        if meta.is_file() and not meta.is_symlink():
+            return d / "engines" / "trt_engines"
+    return Path(workdir) / "trt_engines" if workdir is not None else None
+
+
 def _file_sha256(path: Path) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as fh:
@@ -238,9 +254,11 @@ class TensorRTEngine:
     options = OPTIONS
     capabilities = CAPABILITIES
 
-    def __init__(self, shapes: Optional[dict] = None, cache_dir: Optional[Path] = None):
+    def __init__(self, shapes: Optional[dict] = None, cache_dir: Optional[Path] = None, progress=None):
         self.shapes = dict(shapes or {})
         self.cache_dir = Path(cache_dir) if cache_dir else None
+        # progress(text) -> False cancels the build; the app or CLI sets it
+        self.progress = progress
 
     # -- what the installed TensorRT can do ---------------------------------
     def features(self) -> TrtFeatures:
@@ -345,6 +363,7 @@ class TensorRTEngine:
         if opts.precision == "bf16" and feats.always_strongly_typed:
             raise UserError(f"TensorRT {feats.version} takes BF16 only from the model's own types; "
                             "give a BF16 model and --precision fp32")
+        cache_dir = self.cache_dir or session_cache_dir(model_path, workdir)
         tmpdir = None
         if workdir is None:
             tmpdir = tempfile.TemporaryDirectory(prefix="bisect_tui_trt_")
@@ -353,7 +372,7 @@ class TensorRTEngine:
         workdir.mkdir(parents=True, exist_ok=True)
         try:
             built = self._prepare(trt, feats, model, model_path, config, opts, list(dict.fromkeys(marked)),
-                                  workdir, tmpdir, observe_debug)
+                                  workdir, tmpdir, observe_debug, cache_dir or workdir / "trt_engines")
             if not built._dynamic_without_shapes:
                 built.ensure()  # build now: build errors belong to build()
             return built
@@ -382,7 +401,8 @@ class TensorRTEngine:
             onnx.save(conv, str(out))
         return out
 
-    def _prepare(self, trt, feats, model, model_path, config, opts, marked, workdir, tmpdir, observe_debug):
+    def _prepare(self, trt, feats, model, model_path, config, opts, marked, workdir, tmpdir, observe_debug,
+                 cache_dir):
         import onnx
         from polygraphy.backend.trt import (
             Calibrator,
@@ -411,7 +431,7 @@ class TensorRTEngine:
         node_outputs = {n.name: list(n.output) for n in model.graph.node}
         debug = observe_debug and feats.mark_unfused_debug
         versions = {"tensorrt": feats.version, "polygraphy": self.versions()["polygraphy"]}
-        cache = EngineCache(self.cache_dir or workdir / "trt_engines")
+        cache = EngineCache(cache_dir)
         source_digest = _file_sha256(source)
 
         def make_network(marks, plan_box):
@@ -451,6 +471,12 @@ class TensorRTEngine:
             kwargs["profiling_verbosity"] = trt.ProfilingVerbosity.DETAILED
             if opts.workspace_mb:
                 kwargs["memory_pool_limits"] = {trt.MemoryPoolType.WORKSPACE: opts.workspace_mb << 20}
+            if self.progress is not None:
+                from bisect_tui.engines.tensorrt.progress import make_monitor
+
+                monitor = make_monitor(trt, self.progress)
+                if monitor is not None:
+                    kwargs["progress_monitor"] = monitor
             if opts.precision == "int8" and opts.calibration_cache:
                 kwargs["calibrator"] = Calibrator(data_loader=[], cache=str(opts.calibration_cache))
             options_key = {**opts.to_dict(), "profiles": [asdict(s) for s in specs]}
