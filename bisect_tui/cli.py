@@ -6,7 +6,11 @@ Exit codes (also in docs/check.md):
   2  usage error or bad input (one line on stderr, nothing in the session lost)
   3  the baseline is not deterministic (two identical runs differ)
   4  NaN/Inf in the baseline
-  130 interrupted (Ctrl-C); rerun the same command to resume
+  5  environment fault: disk full, file too large, permission denied (one line;
+     nothing half-written is left for a rerun to trust)
+  70 internal error: a bug in bisect-tui, never a verdict (one line naming the
+     log file with the traceback, in <session>/log/)
+  130 interrupted (Ctrl-C or SIGTERM); rerun the same command to resume
 
 Heavy libraries (onnxruntime, textual) are imported only inside commands so
 `--help` stays instant.
@@ -15,15 +19,24 @@ Heavy libraries (onnxruntime, textual) are imported only inside commands so
 from __future__ import annotations
 
 import argparse
+import errno
+import math
+import os
+import signal
 import sys
 from pathlib import Path
 from typing import Optional, Sequence
 
 from bisect_tui import __version__, compare_cli
-from bisect_tui.core.errors import Cancelled, ExitCode, UserError
+from bisect_tui.core.errors import Cancelled, EnvironmentFault, ExitCode, UserError
+from bisect_tui.core.escape import term
 
 EPILOG = """exit codes: 0 within tolerance / nothing to find, 1 tolerance broken / culprits found,
-2 usage or bad input, 3 baseline not deterministic, 4 NaN/Inf in the baseline, 130 interrupted"""
+2 usage or bad input, 3 baseline not deterministic, 4 NaN/Inf in the baseline,
+5 environment fault (disk full, permission), 70 internal error (a bug, see the log), 130 interrupted"""
+
+# generated inputs are held in memory: more samples than this is a typo, not a plan
+MAX_SAMPLES = 10_000
 
 
 class _Parser(argparse.ArgumentParser):
@@ -120,6 +133,58 @@ def _kv_list(items: Sequence[str], flag: str) -> tuple[tuple[str, str], ...]:
     return tuple(sorted(out))
 
 
+def _check_output_file(path: Optional[Path], flag: str) -> None:
+    """A --json/--report/--bundle target must be writable now, not after the whole run."""
+    if path is None:
+        return
+    p = Path(path)
+    if p.is_dir():
+        raise UserError(f"{flag} {term(p)} is a directory; give a file name")
+    if p.exists() and not os.access(p, os.W_OK):
+        raise UserError(f"{flag} {term(p)} exists and is not writable")
+    # missing folders are created when the file is written; the nearest existing
+    # one must be a folder we can write in
+    probe = p.parent if str(p.parent) else Path(".")
+    while not probe.exists() and probe.parent != probe:
+        probe = probe.parent
+    if not probe.is_dir():
+        raise UserError(f"{flag} {term(p)}: {term(probe)} is a file, not a folder")
+    if not p.exists() and not os.access(probe, os.W_OK | os.X_OK):
+        raise UserError(f"{flag} {term(p)}: the folder {term(probe)} is not writable")
+
+
+def _check_session_dir(path: Optional[Path]) -> None:
+    if path is None:
+        return
+    p = Path(path)
+    if p.exists() and not p.is_dir():
+        raise UserError(f"--session {term(p)} is a file, not a directory")
+    probe = p
+    while not probe.exists():
+        if probe.is_symlink():
+            raise UserError(f"--session {term(p)}: {term(probe)} is a dangling symbolic link")
+        if probe.parent == probe:
+            break
+        probe = probe.parent
+    if not probe.is_dir():
+        raise UserError(f"--session {term(p)}: {term(probe)} is not a directory")
+    if not os.access(probe, os.W_OK | os.X_OK):
+        raise UserError(f"--session {term(p)}: {term(probe)} is not writable")
+
+
+def _check_numbers(args: argparse.Namespace) -> None:
+    if not 1 <= args.samples <= MAX_SAMPLES:
+        raise UserError(f"--samples must be between 1 and {MAX_SAMPLES}, got {args.samples}")
+    if not 0 <= args.seed < 2 ** 63:
+        raise UserError(f"--seed must be a non-negative integer below 2**63, got {args.seed}")
+    if args.topk is not None and args.topk < 1:
+        raise UserError(f"--topk must be at least 1, got {args.topk}")
+    for flag in ("max_builds", "max_culprits"):
+        value = getattr(args, flag, None)
+        if value is not None and value < 1:
+            raise UserError(f"--{flag.replace('_', '-')} must be at least 1, got {value}")
+
+
 def options_from_args(args: argparse.Namespace):
     """Turn parsed arguments into TriageOptions, validating every value up front."""
     from bisect_tui.core.checks import parse_ranges
@@ -130,6 +195,10 @@ def options_from_args(args: argparse.Namespace):
     from bisect_tui.engines import get_engine
     from bisect_tui.engines.base import EngineConfig
 
+    _check_numbers(args)
+    _check_session_dir(args.session)
+    for flag in ("json", "report", "bundle"):
+        _check_output_file(getattr(args, flag, None), f"--{flag}")
     engine = get_engine(args.engine)
     disabled = tuple(dict.fromkeys(args.disable))
     unknown = engine.unknown_optimizers(disabled) if disabled else []
@@ -153,8 +222,6 @@ def options_from_args(args: argparse.Namespace):
     )
     preset = args.preset or ("fp16" if args.precision == "fp16" else "fp32")
     tolerance = parse_tolerance(preset, args.atol, args.rtol, args.min_cosine, args.tol)
-    if args.samples < 1:
-        raise UserError(f"--samples must be at least 1, got {args.samples}")
     return TriageOptions(
         model=args.model,
         session_dir=args.session,
@@ -187,7 +254,7 @@ def cmd_check(args: argparse.Namespace) -> int:
         summary = triage.run_all()
     finally:
         progress.close()
-    print(check_text(summary))
+    print(term(check_text(summary), keep_newlines=True))
     triage.session.write_json("report.json", summary)
     if args.json:
         atomic.write_json(args.json, summary)
@@ -236,22 +303,114 @@ def cmd_resume(args: argparse.Namespace) -> int:
     return int(app.return_code or 0)
 
 
+# errno values that mean the machine, not the model or the tool, stopped us
+ENVIRONMENT_ERRNOS = {
+    errno.ENOSPC: "the disk is full",
+    errno.EFBIG: "a file grew past the allowed size (ulimit -f?)",
+    errno.EDQUOT: "the disk quota is exhausted",
+    errno.EACCES: "permission denied",
+    errno.EPERM: "operation not permitted",
+    errno.EROFS: "the file system is read-only",
+}
+
+
+def environment_fault(exc: BaseException) -> Optional[EnvironmentFault]:
+    """An OSError (or MemoryError) that is the machine's fault, as one line."""
+    if isinstance(exc, MemoryError):
+        return EnvironmentFault("out of memory; lower --max-memory or --samples, or free memory, and rerun")
+    if isinstance(exc, OSError) and exc.errno in ENVIRONMENT_ERRNOS:
+        where = f" ({term(exc.filename)})" if exc.filename else ""
+        return EnvironmentFault(
+            f"{ENVIRONMENT_ERRNOS[exc.errno]}{where}; nothing half-written is kept, "
+            "fix it and rerun the same command to resume")
+    return None
+
+
+def write_crash_log(exc: BaseException) -> Path:
+    """The traceback, in `<session>/log/` (or a fresh temp folder before any session)."""
+    import datetime as _dt
+    import tempfile
+    import traceback
+
+    from bisect_tui.core.session import active_root
+
+    text = (f"bisect-tui {__version__} internal error at {_dt.datetime.now().isoformat()}\n"
+            f"argv: {sys.argv!r}\n\n" + "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)))
+    name = f"crash-{_dt.datetime.now():%Y%m%d-%H%M%S}-{os.getpid()}.log"
+    root = active_root()
+    if root is not None:
+        try:
+            from bisect_tui.core import atomic
+            from bisect_tui.core.session import Session
+
+            log_dir = Session(root).log_dir
+            log_dir.mkdir(parents=True, exist_ok=True)
+            atomic.write_text(log_dir / name, text)
+            return log_dir / name
+        except Exception:
+            pass  # the session itself may be what failed: fall back to a temp folder
+    from bisect_tui.core import safepath
+
+    safepath.release_session_temp()
+    folder = Path(tempfile.mkdtemp(prefix="bisect-tui-log-"))
+    (folder / name).write_text(text, encoding="utf-8")
+    return folder / name
+
+
+def _on_sigterm(signum, frame):  # finally-blocks run: temp files go, the session stays resumable
+    raise KeyboardInterrupt
+
+
+def _install_signals() -> None:
+    try:
+        signal.signal(signal.SIGTERM, _on_sigterm)
+        if hasattr(signal, "SIGXFSZ"):  # a file-size limit becomes EFBIG, not a silent kill
+            signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    except ValueError:
+        pass  # not the main thread (tests driving main from a worker)
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
+    """Every outcome maps to a documented exit code; no traceback reaches the user,
+    and an internal error never exits with a verdict's code."""
     parser = build_parser()
     args = parser.parse_args(argv)
     handlers = {"check": cmd_check, "bisect": cmd_bisect, "tui": cmd_tui, "resume": cmd_resume,
                 "compare": compare_cli.run}
+    from bisect_tui.core import safepath, session as _session
+
+    _install_signals()
+    opened = len(_session._ACTIVE)
     try:
         if args.command is None:
             return cmd_tui(None)
         return handlers[args.command](args)
     except UserError as exc:
-        print(f"bisect-tui: error: {exc}", file=sys.stderr)
+        print(f"bisect-tui: error: {term(exc)}", file=sys.stderr)
         return int(exc.code)
     except (KeyboardInterrupt, Cancelled):
         print("\nbisect-tui: interrupted; rerun the same command to resume from the session directory",
               file=sys.stderr)
         return int(ExitCode.CANCELLED)
+    except Exception as exc:
+        fault = environment_fault(exc)
+        if fault is not None:
+            print(f"bisect-tui: error: {fault}", file=sys.stderr)
+            return int(fault.code)
+        try:
+            log = write_crash_log(exc)
+            where = f"traceback in {term(log)}"
+        except Exception:
+            where = "the traceback could not be written anywhere"
+        first = term(str(exc).splitlines()[0][:200]) if str(exc).strip() else ""
+        print(f"bisect-tui: internal error ({type(exc).__name__}{': ' + first if first else ''}); "
+              f"this is a bug in bisect-tui, not a verdict; {where} (exit {int(ExitCode.INTERNAL)})",
+              file=sys.stderr)
+        return int(ExitCode.INTERNAL)
+    finally:
+        root = _session.active_root() if len(_session._ACTIVE) > opened else None
+        safepath.release_session_temp(root)
+        del _session._ACTIVE[opened:]
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ import time
 from typing import Optional, TextIO
 
 from bisect_tui.core.cancel import Progress
+from bisect_tui.core.escape import term
 
 
 class TextProgress:
@@ -28,6 +29,8 @@ class TextProgress:
         if not self.enabled:
             return
         now = time.monotonic()
+        # messages carry model-supplied names: never send their control characters
+        p = Progress(term(p.stage), term(p.message), p.done, p.total, p.data)
         if self.tty:
             if p.total:
                 frac = min(max(p.done / p.total, 0.0), 1.0)

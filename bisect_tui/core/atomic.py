@@ -18,6 +18,10 @@ import numpy as np
 
 
 def _atomic_write(path: Path, data: bytes) -> None:
+    # Safe against a link planted at `path`: mkstemp creates with O_EXCL (never
+    # through a link) and os.replace swaps the link itself for the file rather
+    # than writing where it points. Folders are checked by the caller
+    # (Session.path / safepath.inside).
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
@@ -68,7 +72,21 @@ def read_json(path: Path) -> Any:
         return json.load(fh)
 
 
-def save_npz(path: Path, arrays: dict[str, np.ndarray]) -> None:
+def npz_bytes(arrays: dict[str, np.ndarray]) -> bytes:
+    """An .npz that `np.load` reads back key for key.
+
+    Written member by member rather than with `np.savez(**arrays)`: input names
+    come from the model, and names like `file` or `allow_pickle` would collide
+    with savez's own keywords (dropped, or a TypeError). No pickles, ever."""
+    import zipfile
+
     buf = io.BytesIO()
-    np.savez(buf, **arrays)
-    _atomic_write(path, buf.getvalue())
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_STORED, allowZip64=True) as z:
+        for name, arr in arrays.items():
+            with z.open(f"{name}.npy", "w", force_zip64=True) as member:
+                np.lib.format.write_array(member, np.asanyarray(arr), allow_pickle=False)
+    return buf.getvalue()
+
+
+def save_npz(path: Path, arrays: dict[str, np.ndarray]) -> None:
+    _atomic_write(path, npz_bytes(arrays))

@@ -14,7 +14,7 @@ import os
 import platform
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
@@ -22,7 +22,7 @@ import numpy as np
 import onnx
 
 from bisect_tui import __version__
-from bisect_tui.core import atomic
+from bisect_tui.core import atomic, safepath
 from bisect_tui.core.cancel import CancelToken, Progress, ProgressFn, no_progress
 from bisect_tui.core.graph import safe_name
 from bisect_tui.core.inputs import InputSet
@@ -80,10 +80,11 @@ def file_names(info: ModelInfo, tensors: list[str]) -> dict[str, str]:
         base = f"layer_{idx:04d}_{safe_name(node.op_type, 24)}_{safe_name(t)}"
         fname = base + ".npy"
         k = 1
-        while fname in used:
+        # compared case-folded: on macOS/Windows `A` and `a` are one file
+        while fname.lower() in used:
             fname = f"{base}_{k}.npy"
             k += 1
-        used.add(fname)
+        used.add(fname.lower())
         names[t] = fname
     return names
 
@@ -103,7 +104,7 @@ class _NpySink:
         self._open: dict[str, list] = {}
 
     def write(self, tensor: str, sample: int, array: np.ndarray) -> None:
-        array = np.ascontiguousarray(array)
+        array = np.asarray(array, order="C")  # keeps rank 0 (ascontiguousarray makes it 1-d)
         if tensor not in self._open:
             fd, tmp = tempfile.mkstemp(prefix=".tmp_", suffix=".npy", dir=self.outdir)
             fh = os.fdopen(fd, "wb")
@@ -115,7 +116,8 @@ class _NpySink:
         tmp, fh, h, st, shape, dtype, _ = entry
         if array.shape != shape:
             raise ValueError(f"tensor {tensor} changed shape between samples")
-        view = memoryview(array).cast("B")
+        # a zero-size tensor has no bytes (and memoryview cannot cast its shape)
+        view = memoryview(array).cast("B") if array.nbytes else b""
         fh.write(view)
         h.update(view)
         entry[6] += array.nbytes
@@ -173,6 +175,8 @@ class BaselineResult:
     manifest: dict
     reused: bool
     seconds: float
+    # tensors whose file on disk did not match its manifest digest: recomputed
+    recomputed: list = field(default_factory=list)
 
 
 def baseline_key(info: ModelInfo, inputs: InputSet) -> str:
@@ -181,14 +185,71 @@ def baseline_key(info: ModelInfo, inputs: InputSet) -> str:
     return stable_key("baseline/v1", info.sha256, inputs_sha(inputs), ort.__version__)
 
 
-def load_manifest(session: Session) -> Optional[dict]:
-    m = session.read_json("baseline/manifest.json")
-    if not m:
+def npy_data_sha256(path: Path, chunk: int = 1 << 22) -> tuple[str, tuple, str]:
+    """SHA-256 of an .npy file's data (what the manifest records), its shape and dtype."""
+    with safepath.open_read(path.parent, path.name) as fh:
+        version = np.lib.format.read_magic(fh)
+        if version == (1, 0):
+            shape, fortran, dtype = np.lib.format.read_array_header_1_0(fh)
+        else:
+            shape, fortran, dtype = np.lib.format.read_array_header_2_0(fh)
+        h = hashlib.sha256()
+        while True:
+            b = fh.read(chunk)
+            if not b:
+                break
+            h.update(b)
+    return h.hexdigest(), tuple(shape), np.dtype(dtype).name
+
+
+def entry_problem(outdir: Path, e: object, samples: Optional[int] = None) -> Optional[str]:
+    """Why a manifest entry cannot be trusted (None when its file matches its digest).
+
+    Checked before any tensor is reused: the file name is a plain name inside
+    the baseline folder (no `..`, no absolute path, no link), and the data's
+    SHA-256, shape and dtype are the ones written with it."""
+    try:
+        if not isinstance(e, dict):
+            return "not an object"
+        name = e["file"]
+        if not safepath.is_plain_name(name):
+            return f"file name {name!r} is not a plain name in the baseline folder"
+        p = outdir / name
+        if not safepath.regular_file(p):
+            return "file missing" if not os.path.lexists(p) else "not a regular file (a link?)"
+        digest, shape, dtype = npy_data_sha256(p)
+        want = tuple([samples, *e["shape"]]) if samples is not None else shape
+        if shape != want or dtype != e["dtype"]:
+            return f"holds {dtype} {list(shape)}, the manifest says {e['dtype']} {list(want)}"
+        if digest != e["sha256"]:
+            return "contents differ from the SHA-256 written with it"
         return None
-    for e in m.get("tensors", []):
-        p = session.baseline_dir / e["file"]
-        if not p.exists() or p.stat().st_size < e["bytes"]:
-            return None
+    except safepath.UnsafePath as exc:
+        return str(exc)
+    except (KeyError, TypeError, ValueError, OSError) as exc:
+        return f"unreadable ({type(exc).__name__}: {str(exc).splitlines()[0][:80] if str(exc) else ''})"
+
+
+def _check_manifest(session: Session, m: object) -> tuple[Optional[dict], list[dict], list[dict]]:
+    """(manifest or None, trusted entries, bad entries with reasons)."""
+    if not isinstance(m, dict) or not isinstance(m.get("tensors"), list):
+        return None, [], []
+    samples = m.get("samples") if isinstance(m.get("samples"), int) else None
+    good, bad = [], []
+    for e in m["tensors"]:
+        why = entry_problem(session.baseline_dir, e, samples)
+        if why is None:
+            good.append(e)
+        else:
+            bad.append({"tensor": e.get("tensor") if isinstance(e, dict) else None, "why": why})
+    return m, good, bad
+
+
+def load_manifest(session: Session) -> Optional[dict]:
+    """The finished baseline's manifest when every tensor file matches its digest."""
+    m, good, bad = _check_manifest(session, session.read_json("baseline/manifest.json"))
+    if m is None or bad:
+        return None
     return m
 
 
@@ -204,21 +265,32 @@ def run_baseline(
     """Dump every intermediate tensor; reuse a valid earlier dump (or its finished part)."""
     t0 = time.perf_counter()
     key = baseline_key(info, inputs)
-    existing = load_manifest(session)
-    if existing and existing.get("key") == key:
-        return BaselineResult(existing, True, 0.0)
-
     outdir = session.baseline_dir
-    outdir.mkdir(parents=True, exist_ok=True)
     tensors = info.index.intermediate_tensors()
     fnames = file_names(info, tensors)
-    partial = session.read_json("baseline/manifest.partial.json") or {}
     done: dict[str, dict] = {}
-    if partial.get("key") == key:
-        for e in partial.get("tensors", []):
-            p = outdir / e["file"]
-            if p.exists() and p.stat().st_size >= e["bytes"]:
-                done[e["tensor"]] = e
+    recomputed: list[dict] = []
+    # A finished dump, else the finished part of an interrupted one: every file
+    # is checked against the digest written with it before it is trusted.
+    for rel in ("baseline/manifest.json", "baseline/manifest.partial.json"):
+        m, good, bad = _check_manifest(session, session.read_json(rel))
+        if m is None or m.get("key") != key:
+            continue
+        good = [e for e in good if e.get("tensor") in fnames and e.get("file") == fnames[e["tensor"]]]
+        if rel.endswith("manifest.json") and not bad and len(good) == len(m["tensors"]):
+            return BaselineResult(m, True, 0.0)
+        recomputed = bad
+        if bad and rel.endswith("manifest.json"):
+            # no longer a finished dump: the partial manifest written below takes over
+            session.path(rel).unlink()
+        for e in good:
+            done[e["tensor"]] = e
+        break
+    if recomputed:
+        shown = ", ".join(str(b["tensor"]) for b in recomputed[:3]) + ("..." if len(recomputed) > 3 else "")
+        progress(Progress("baseline", f"{len(recomputed)} saved tensor file(s) failed their digest check "
+                          f"and are recomputed ({shown}: {recomputed[0]['why']})"))
+    outdir.mkdir(parents=True, exist_ok=True)
     todo = [t for t in tensors if t not in done]
 
     sizes, types = model_sizes(info, shapes)
@@ -292,14 +364,41 @@ def run_baseline(
         (outdir / "manifest.partial.json").unlink()
     except FileNotFoundError:
         pass
-    return BaselineResult(manifest, False, time.perf_counter() - t0)
+    if recomputed:
+        manifest["recomputed"] = recomputed
+    return BaselineResult(manifest, False, time.perf_counter() - t0, recomputed)
 
 
 def load_tensor(session: Session, manifest: dict, tensor: str, mmap: bool = True) -> np.ndarray:
     e = next((e for e in manifest["tensors"] if e["tensor"] == tensor), None)
     if e is None:
         raise KeyError(tensor)
-    return np.load(session.baseline_dir / e["file"], mmap_mode="r" if mmap else None)
+    if not safepath.is_plain_name(e.get("file")):
+        raise safepath.UnsafePath(f"baseline manifest names {e.get('file')!r}, not a plain file name")
+    path = session.baseline_dir / e["file"]
+    if not safepath.regular_file(path):
+        raise safepath.UnsafePath(f"baseline tensor {path} is missing or not a regular file")
+    return np.load(path, mmap_mode="r" if mmap else None, allow_pickle=False)
+
+
+def reference_output(info: ModelInfo, session: Session, manifest: dict, inputs: InputSet,
+                     name: str) -> np.ndarray:
+    """A graph output's baseline value, samples axis first.
+
+    Usually a dumped tensor; but a graph output may also be a graph input
+    (passed through) or an initializer (a constant), which no node produces
+    and the dump therefore does not hold."""
+    if any(e["tensor"] == name for e in manifest["tensors"]):
+        return np.asarray(load_tensor(session, manifest, name))
+    if name in inputs.arrays:
+        return np.asarray(inputs.arrays[name])
+    init = next((t for t in info.model.graph.initializer if t.name == name), None)
+    if init is not None:
+        from onnx import numpy_helper
+
+        const = numpy_helper.to_array(init)
+        return np.broadcast_to(const[None], (inputs.samples, *const.shape))
+    raise KeyError(name)
 
 
 def manifest_index(manifest: dict) -> dict[str, dict]:

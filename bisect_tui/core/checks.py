@@ -10,6 +10,7 @@ import fnmatch
 import hashlib
 import math
 import time
+from pathlib import Path
 from typing import Optional
 
 import numpy as np
@@ -19,12 +20,14 @@ from bisect_tui.core.cancel import CancelToken, Progress, ProgressFn, no_progres
 from bisect_tui.core.errors import UserError
 from bisect_tui.core.inputs import InputSet
 from bisect_tui.core.model import ModelInfo
-from bisect_tui.core.runner import model_sizes, plan_groups, run_groups
+from bisect_tui.core.runner import model_sizes, plan_groups
 from bisect_tui.core.session import Session, now_iso
 from bisect_tui.core.stats import BF16_MAX, FP16_MAX
 
 
-class _HashSink:
+class HashSink:
+    """SHA-256 of each tensor over all samples, the digest the manifest records."""
+
     def __init__(self):
         self.hashes: dict[str, "hashlib._Hash"] = {}
         self.digests: dict[str, str] = {}
@@ -57,16 +60,11 @@ def check_determinism(
     tensors = [e["tensor"] for e in manifest["tensors"]]
     sizes, types = model_sizes(info, shapes)
     groups = plan_groups(tensors, sizes, activation_budget(max_memory, info.initializer_bytes, sizes))
-    sink = _HashSink()
-
-    def relay(p: Progress) -> None:
-        progress(Progress("determinism", f"second run: {p.message}", p.done, p.total, p.data))
-
-    run_groups(info.model, groups, inputs, sink, types, cancel, relay, "determinism")
+    digests = _second_run_in_fresh_process(session, shapes, groups, cancel, progress)
     idx = manifest_index(manifest)
     differing = []
     for t in tensors:
-        if sink.digests.get(t) != idx[t]["sha256"]:
+        if digests.get(t) != idx[t]["sha256"]:
             e = idx[t]
             differing.append({"tensor": t, "node": e["node"], "op_type": e["op_type"], "index": e["index"]})
     result = {
@@ -88,6 +86,78 @@ def check_determinism(
         )
     session.write_json("determinism.json", result)
     return result
+
+
+def _second_run_in_fresh_process(session: Session, shapes, groups, cancel, progress) -> dict[str, str]:
+    """Run the baseline's groups again in a new Python process (see second_run.py)
+    and return every tensor's SHA-256; cancellable, one-line errors."""
+    import json
+    import os
+    import subprocess
+    import sys
+    import tempfile
+
+    from bisect_tui.core import atomic
+
+    cancel = cancel or CancelToken()
+    tmp_dir = session.path("tmp")
+    tmp_dir.mkdir(parents=True, exist_ok=True)
+    fd, plan_path = tempfile.mkstemp(prefix="determinism-plan-", suffix=".json", dir=tmp_dir)
+    os.close(fd)
+    atomic.write_json(Path(plan_path), {"shapes": shapes, "groups": groups})
+    cmd = [sys.executable, "-m", "bisect_tui.core.second_run", str(session.root), plan_path]
+    digests: Optional[dict] = None
+    error = None
+    try:
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                stdin=subprocess.DEVNULL)
+        import threading
+
+        def watch() -> None:  # a cancel stops the child even while it is silent
+            while proc.poll() is None:
+                if cancel.cancelled:
+                    proc.kill()
+                    return
+                time.sleep(0.1)
+
+        threading.Thread(target=watch, daemon=True).start()
+        try:
+            assert proc.stdout is not None
+            for line in proc.stdout:
+                if cancel.cancelled:
+                    break
+                try:
+                    msg = json.loads(line)
+                except ValueError:
+                    continue
+                if "progress" in msg:
+                    progress(Progress("determinism", f"second run (fresh process): {msg['progress']}",
+                                      msg.get("done", 0), msg.get("total", 0)))
+                elif "digests" in msg:
+                    digests = msg["digests"]
+                elif "error" in msg:
+                    error = msg["error"]
+        finally:
+            if proc.poll() is None and (cancel.cancelled or digests is None):
+                proc.kill()
+            proc.wait()
+            stderr = proc.stderr.read() if proc.stderr else ""
+            if proc.stderr:
+                proc.stderr.close()
+            proc.stdout.close()
+        cancel.check()
+    finally:
+        try:
+            os.unlink(plan_path)
+        except OSError:
+            pass
+    if error:
+        raise UserError(error)
+    if digests is None:
+        last = (stderr or "").strip().splitlines()
+        raise RuntimeError("the determinism check's second run (a fresh process) failed: "
+                           + (last[-1] if last else f"exit code {proc.returncode}"))
+    return digests
 
 
 def parse_ranges(items) -> list[tuple[str, float, float]]:
@@ -214,7 +284,7 @@ def check_sensitivity(info: ModelInfo, session: Session, inputs: InputSet, manif
     cached = session.read_json("sensitivity.json")
     if cached and cached.get("key") == key:
         return cached
-    from bisect_tui.core.baseline import load_tensor
+    from bisect_tui.core.baseline import reference_output
     from bisect_tui.core.runner import make_session
     from bisect_tui.core.tolerance import judge_arrays
 
@@ -232,11 +302,11 @@ def check_sensitivity(info: ModelInfo, session: Session, inputs: InputSet, manif
         return result
     sess = make_session(info.model, "disable")
     names = [o.name for o in sess.get_outputs()]
-    runs = [dict(zip(names, sess.run(names, {n: a[k] for n, a in feeds_all.items()})))
+    runs = [dict(zip(names, sess.run(names, {n: np.asarray(a[k], order="C") for n, a in feeds_all.items()})))
             for k in range(inputs.samples)]
     outputs = {}
     for name in names:
-        ref = np.asarray(load_tensor(session, manifest, name))
+        ref = reference_output(info, session, manifest, inputs, name)
         metrics, verdict = judge_arrays(ref, np.stack([r[name] for r in runs]), tolerance.for_output(name))
         outputs[name] = {"max_abs": metrics["max_abs"], "ratio": verdict.ratio, "passed": verdict.passed}
     worst = max((o["ratio"] for o in outputs.values()), default=0.0)

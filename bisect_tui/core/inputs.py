@@ -7,6 +7,7 @@ dumps, so sample k of anything is `array[k]`.
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -43,6 +44,8 @@ def parse_value_ranges(items: Sequence[str]) -> dict[str, tuple[float, float]]:
             out[name.strip()] = (float(lo), float(hi))
         except ValueError:
             raise UserError(f"bad range {item!r}: expected NAME=MIN:MAX") from None
+        if not all(math.isfinite(v) for v in out[name.strip()]):
+            raise UserError(f"bad range {item!r}: MIN and MAX must be finite numbers")
         if not out[name.strip()][0] < out[name.strip()][1]:
             raise UserError(f"bad range {item!r}: MIN must be below MAX")
     return out
@@ -104,7 +107,8 @@ class InputSet:
         return next(iter(self.arrays.values())).shape[0] if self.arrays else 0
 
     def feeds(self, k: int) -> dict[str, np.ndarray]:
-        return {n: np.ascontiguousarray(a[k]) for n, a in self.arrays.items()}
+        # asarray, not ascontiguousarray: that one turns a rank-0 (scalar) input into shape (1,)
+        return {n: np.asarray(a[k], order="C") for n, a in self.arrays.items()}
 
     def describe(self) -> list[dict]:
         return [

@@ -99,6 +99,9 @@ def load_model_info(path: Union[str, Path]) -> ModelInfo:
             raise UserError(f"invalid ONNX model {p.name}: {_first_line(exc)}") from None
     except Exception as exc:
         raise UserError(f"invalid ONNX model {p.name}: {_first_line(exc)}") from None
+    if len(model.graph.output) == 0:
+        raise UserError(f"{p.name} declares no graph outputs: there is nothing to compare "
+                        "(add the tensors you care about to graph.output)")
     renamed = name_nodes(model)
     index = GraphIndex.build(model)
     inputs = []

@@ -9,13 +9,14 @@ reuses a valid earlier result) and writes its own result there.
 from __future__ import annotations
 
 import time
+import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
 import numpy as np
 
-from bisect_tui.core import atomic
+from bisect_tui.core import atomic, safepath
 from bisect_tui.core.baseline import (
     BaselineResult,
     run_baseline,
@@ -168,6 +169,7 @@ class Triage:
         # Validate everything before the first write, so bad input never touches
         # an existing session.
         session.init(info.path, info.sha256, self.opts.input_options())
+        safepath.use_session_temp(session.root)  # ORT's and our temp files stay in the session
         session.update_meta(options={**self.opts.to_dict(), "session_dir": str(session.root)})
         if not session.model_path.exists():
             save_prepared(info, session.model_path)
@@ -187,8 +189,17 @@ class Triage:
         assert self.session is not None
         if not self.session.inputs_path.exists():
             return None
-        with np.load(self.session.inputs_path, allow_pickle=False) as z:
-            arrays = {k: z[k] for k in z.files}
+        try:
+            with safepath.open_read(self.session.root, "input.npz") as fh, np.load(fh, allow_pickle=False) as z:
+                arrays = {k: z[k] for k in z.files}
+        except safepath.UnsafePath:
+            raise
+        except (OSError, ValueError, EOFError, KeyError, zipfile.BadZipFile) as exc:
+            # damaged (or holds pickles, which are never loaded): made again from the seed
+            self.progress(Progress("inputs", f"{self.session.inputs_path.name} is unreadable "
+                                   f"({type(exc).__name__}); generating the inputs again from the seed"))
+            self.session.inputs_path.unlink()
+            return None
         src = self.session.read_json("input_source.json") or {}
         return InputSet(arrays, {k: v for k, v in src.items() if k != "inputs"})
 
@@ -208,7 +219,7 @@ class Triage:
         self.baseline = res
         self.session.mark_step(
             "baseline", "passed", tensors=len(res.manifest["tensors"]), reused=res.reused,
-            bytes=res.manifest["bytes"],
+            bytes=res.manifest["bytes"], recomputed=len(res.recomputed),
         )
         return res
 
@@ -244,7 +255,7 @@ class Triage:
     # step 5 -----------------------------------------------------------------
     def engine_dir(self, config: EngineConfig) -> Path:
         assert self.session
-        return self.session.engines_dir / f"{self.opts.engine}-{config.key()}"
+        return self.session.path(f"engines/{self.opts.engine}-{config.key()}")
 
     def run_fused(self, config: Optional[EngineConfig] = None) -> dict:
         """Build the fused engine, run it on the same inputs, compare final outputs."""
@@ -393,6 +404,7 @@ class Triage:
             "baseline": {"tensors": len(self.baseline.manifest["tensors"]),
                          "bytes": self.baseline.manifest["bytes"],
                          "reused": self.baseline.reused,
+                         "recomputed": list(self.baseline.recomputed),
                          "groups": self.baseline.manifest["options"]["groups"],
                          "dir": str(self.session.baseline_dir)},
             "determinism": self.determinism,

@@ -12,7 +12,14 @@ from __future__ import annotations
 from pathlib import Path
 
 from bisect_tui.core import atomic
-from bisect_tui.core.graph import safe_name
+from bisect_tui.core.escape import safe_filename, term
+
+
+def _title(name: str) -> str:
+    """A model name as a matplotlib title: `$` would start mathtext (and a bad
+    formula raises), controls are shown, very long names are cut."""
+    text = term(name).replace("$", r"\$")
+    return text if len(text) <= 60 else text[:59] + "…"
 
 
 def plot_links(plots: dict[str, str], report_path: Path) -> dict[str, str]:
@@ -34,6 +41,7 @@ def write_plots(out_dir: Path, outputs: dict) -> dict[str, str]:
 
     out_dir.mkdir(parents=True, exist_ok=True)
     written: dict[str, str] = {}
+    taken: set[str] = set()  # two outputs that sanitize alike each keep their own plot
     for name, o in outputs.items():
         m = o["metrics"]
         ref, test, err = m.get("ref_hist") or {}, m.get("test_hist") or {}, m.get("error_hist") or {}
@@ -45,7 +53,7 @@ def write_plots(out_dir: Path, outputs: dict) -> dict[str, str]:
         width = edges[1] - edges[0]
         a1.bar(centers, ref["counts"], width=width, alpha=0.5, label="baseline (FP32, unfused)")
         a1.bar(centers, test["counts"], width=width, alpha=0.5, label="fused engine")
-        a1.set_title(f"{name}: values")
+        a1.set_title(f"{_title(name)}: values")
         a1.legend(fontsize=7)
         if err.get("counts"):
             e = err["edges"]
@@ -56,7 +64,7 @@ def write_plots(out_dir: Path, outputs: dict) -> dict[str, str]:
         buf = io.BytesIO()
         fig.savefig(buf, format="png", dpi=90)
         plt.close(fig)
-        path = out_dir / f"{safe_name(name)}.png"
+        path = out_dir / f"{safe_filename(name, taken)}.png"
         atomic.write_bytes(path, buf.getvalue())
         written[name] = str(path)
     return written

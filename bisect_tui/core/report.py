@@ -6,8 +6,12 @@ says what was found, why it matters and what to do next.
 
 from __future__ import annotations
 
+import re
+import shlex
 from typing import Any
-from bisect_tui.core.escape import md, md_code, term
+from urllib.parse import quote
+
+from bisect_tui.core.escape import is_safe_relative_target, md, md_code, term
 
 VERDICT_TEXT = {
     "pass": "PASS: the fused engine is within tolerance",
@@ -64,8 +68,8 @@ def determinism_line(det: dict | None) -> str:
     if det["deterministic"]:
         return f"determinism: OK, {det['tensors_compared']} tensors bit-identical over two fresh runs"
     f = det["first"]
-    return (f"determinism: FAILED, {len(det['differing'])} tensor(s) differ; first: {f['tensor']} "
-            f"(node {f['node']}, {f['op_type']})")
+    return (f"determinism: FAILED, {len(det['differing'])} tensor(s) differ; first: {term(f['tensor'])} "
+            f"(node {term(f['node'])}, {term(f['op_type'])})")
 
 
 def range_lines(rc: dict | None) -> list[str]:
@@ -74,7 +78,8 @@ def range_lines(rc: dict | None) -> list[str]:
     out = []
     if rc["nan_inf"]:
         o = rc.get("nan_inf_origin")
-        where = f"; starts at {o['tensor']} ({o['op_type']} node {o['node']}) whose inputs are finite" if o else ""
+        where = (f"; starts at {term(o['tensor'])} ({term(o['op_type'])} node {term(o['node'])}) whose inputs "
+                 "are finite" if o else "")
         out.append(f"range: NaN/Inf in {len(rc['nan_inf'])} tensor(s){where}")
     else:
         out.append("range: no NaN/Inf in the baseline")
@@ -82,10 +87,10 @@ def range_lines(rc: dict | None) -> list[str]:
     if f16["overflow"]:
         worst = max(f16["overflow"], key=lambda r: r["abs_max"])
         out.append(f"fp16 headroom: {len(f16['overflow'])} tensor(s) exceed 65504 "
-                   f"(worst {worst['tensor']}, |x| up to {fmt(worst['abs_max'])}): an FP16 engine will overflow there")
+                   f"(worst {term(worst['tensor'])}, |x| up to {fmt(worst['abs_max'])}): an FP16 engine will overflow there")
     elif f16["near_overflow"]:
         t = f16["tightest"]
-        out.append(f"fp16 headroom: tightest {t['tensor']} at {fmt(t['headroom'])}x below 65504")
+        out.append(f"fp16 headroom: tightest {term(t['tensor'])} at {fmt(t['headroom'])}x below 65504")
     else:
         out.append("fp16 headroom: every tensor fits FP16's range with >4x to spare")
     if f16["underflow"]:
@@ -93,42 +98,44 @@ def range_lines(rc: dict | None) -> list[str]:
     if rc["bf16"]["overflow"]:
         out.append(f"bf16: {len(rc['bf16']['overflow'])} tensor(s) overflow BF16")
     for v in rc.get("user_ranges", []):
-        out.append(f"range: {v['tensor']} spans [{fmt(v['min'])}, {fmt(v['max'])}] outside {v['range']}")
+        out.append(f"range: {term(v['tensor'])} spans [{fmt(v['min'])}, {fmt(v['max'])}] outside {v['range']}")
     return out
 
 
 def output_line(name: str, o: dict) -> str:
     m = o["metrics"]
     mark = "PASS" if o["passed"] else "FAIL"
-    line = (f"  [{mark}] {name}: max_abs {fmt(m['max_abs'])}, mean_abs {fmt(m['mean_abs'])}, "
+    line = (f"  [{mark}] {term(name)}: max_abs {fmt(m['max_abs'])}, mean_abs {fmt(m['mean_abs'])}, "
             f"max_rel {fmt(m['max_rel'])}, cosine {cos_text(m['cosine'])}, snr {fmt(m['snr_db'])} dB")
     if not o["passed"]:
-        line += f"\n         {o['summary']}"
+        line += f"\n         {term(o['summary'])}"
     for note in (o.get("verdict") or {}).get("skipped", []):
         if "essentially zero" in note:  # say which criterion decided when cosine was set aside
-            line += f"\n         decided by atol/rtol: {note}"
+            line += f"\n         decided by atol/rtol: {term(note)}"
     return line
 
 
 def check_text(s: dict) -> str:
     lines = [
-        f"model: {s['model']['path']} ({s['model']['nodes']} nodes, sha256 {s['model']['sha256'][:12]})",
-        f"session: {s['session']}",
+        f"model: {term(s['model']['path'])} ({s['model']['nodes']} nodes, sha256 {s['model']['sha256'][:12]})",
+        f"session: {term(s['session'])}",
         f"baseline: {s['baseline']['tensors']} tensors, {_mb(s['baseline']['bytes'])}"
-        + (" (reused)" if s["baseline"]["reused"] else f" in {s['baseline']['groups']} group(s)"),
+        + (" (reused)" if s["baseline"]["reused"] else f" in {s['baseline']['groups']} group(s)")
+        + (f"; {len(s['baseline']['recomputed'])} saved tensor file(s) failed their digest check and were "
+           "recomputed" if s["baseline"].get("recomputed") else ""),
         determinism_line(s["determinism"]),
         *range_lines(s["range_check"]),
     ]
     if s.get("config"):
         c = s["config"]
-        extra = ", ".join(f"{k}={v}" for k, v in (c.get("config_entries") or {}).items())
-        dis = ", ".join(c.get("disabled_optimizers") or [])
+        extra = term(", ".join(f"{k}={v}" for k, v in (c.get("config_entries") or {}).items()))
+        dis = term(", ".join(c.get("disabled_optimizers") or []))
         lines.append(
             f"fused engine: {s['engine']} level={c['level']} precision={c['precision']}"
             + (f" config: {extra}" if extra else "") + (f" disabled: {dis}" if dis else "")
             + f"; {len(s['fused_nodes'])} fused node(s)"
         )
-        lines.append(f"tolerance: {tolerance_text(s['tolerance'])}")
+        lines.append(f"tolerance: {term(tolerance_text(s['tolerance']))}")
         err = s.get("engine_error")
         if err:
             what = "failed to build" if err["kind"] == "build_error" else "failed while running"
@@ -145,31 +152,76 @@ def check_text(s: dict) -> str:
         if sh:
             if sh["first_failing_tensor"]:
                 first = sh["first_failing_tensor"]
-                maker = next((f"{n['op_type']} '{n['name']}'" for n in s["fused_nodes"] if first in n["outputs"]), None)
+                maker = next((f"{term(n['op_type'])} '{term(n['name'])}'" for n in s["fused_nodes"]
+                              if first in n["outputs"]), None)
                 lines.append(f"tensors inside the fused graph: {sh['failing']} of {sh['tensors_compared']} "
-                             f"out of tolerance, first: {first}" + (f" (made by fused {maker})" if maker else ""))
+                             f"out of tolerance, first: {term(first)}" + (f" (made by fused {maker})" if maker else ""))
             else:
                 lines.append(f"tensors inside the fused graph: all {sh['tensors_compared']} within tolerance")
     lines.append(VERDICT_TEXT[s["verdict"]] + f" (exit {s['exit_code']})")
     if s["verdict"] == "fail":
         lines.append("next: run `bisect-tui bisect` with the same options to name the fused op at fault")
     elif s["verdict"] == "nondeterministic":
-        lines.append("next: " + (s["determinism"].get("advice") or "make the baseline deterministic"))
+        lines.append("next: " + term(s["determinism"].get("advice") or "make the baseline deterministic"))
     elif s["verdict"] == "nan_inf" and s["range_check"].get("nan_inf_origin"):
-        lines.append("next: " + s["range_check"]["nan_inf_origin"]["advice"])
+        lines.append("next: " + term(s["range_check"]["nan_inf_origin"]["advice"]))
     return "\n".join(lines)
 
 
+# Plain names (letters, digits, `.`, `/`, `-`, underscores inside words) read
+# the same raw and escaped; anything else goes through md().
+_PLAIN = re.compile(r"[A-Za-z0-9./-]+(?:_[A-Za-z0-9./-]+)*")
+
+
+def _t(x: Any) -> str:
+    """Model- or user-supplied text for Markdown: left as is when plain, else escaped."""
+    s = str(x)
+    return s if _PLAIN.fullmatch(s) else md(s)
+
+
+def _c(x: Any) -> str:
+    """A code span for a table cell (GFM splits cells at `|` even inside code)."""
+    return md_code(x).replace("|", "\\|")
+
+
 def _md_table(headers: list[str], rows: list[list[Any]]) -> str:
+    """Cells are already escaped by the caller (_t, _c, numbers we format)."""
     out = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
     for r in rows:
-        out.append("| " + " | ".join(str(c).replace("|", "\\|") for c in r) + " |")
+        out.append("| " + " | ".join(_cell(c) for c in r) + " |")
     return "\n".join(out)
+
+
+def _cell(c: Any) -> str:
+    if isinstance(c, (int, float)) or c is None:
+        return fmt(c) if c is not None else ""
+    if isinstance(c, list):
+        return _t(", ".join(str(x) for x in c))
+    return str(c).replace("\n", " ")
+
+
+def _fenced(lines: list[str]) -> list[str]:
+    """A code block no backtick run inside can close early, controls shown."""
+    body = [term(line) for line in lines]
+    longest = max((len(r) for line in body for r in re.findall(r"`+", line)), default=0)
+    fence = "`" * max(3, longest + 1)
+    return [fence, *body, fence]
+
+
+def _image(alt: str, target: str) -> str:
+    """An image link to a plot we wrote: the path is relative to the report
+    (it may climb with `..` to the session's plots folder) and percent-encoded;
+    anything with a scheme or an absolute path is not linked."""
+    rel = str(target).replace("\\", "/")
+    if rel.startswith("/") or ":" in rel or not rel:
+        return md(alt)
+    url = rel if is_safe_relative_target(rel) else quote(rel, safe="/._-")
+    return f"![{md(alt)}]({url})"
 
 
 def environment_md(s: dict) -> str:
     v = s.get("versions", {})
-    return "\n".join(f"- {k}: {v[k]}" for k in
+    return "\n".join(f"- {k}: {_t(v[k])}" for k in
                      ("bisect_tui", "onnxruntime", "onnx", "numpy", "python", "platform", "cpu")
                      if k in v)
 
@@ -178,11 +230,11 @@ def check_markdown(s: dict) -> str:
     parts = [
         f"# bisect-tui check: {VERDICT_TEXT[s['verdict']]}",
         "",
-        f"- model: `{s['model']['path']}` ({s['model']['nodes']} nodes, opset {s['model']['opset']}, "
-        f"sha256 `{s['model']['sha256'][:16]}`)",
+        f"- model: {md_code(s['model']['path'])} ({s['model']['nodes']} nodes, opset {s['model']['opset']}, "
+        f"sha256 {md_code(s['model']['sha256'][:16])})",
         f"- inputs: {_inputs_md(s['inputs'])}",
-        f"- session directory: `{s['session']}`",
-        f"- tolerance: {tolerance_text(s['tolerance'])}",
+        f"- session directory: {md_code(s['session'])}",
+        f"- tolerance: {_t(tolerance_text(s['tolerance']))}",
         "",
         "## Environment",
         environment_md(s),
@@ -190,35 +242,35 @@ def check_markdown(s: dict) -> str:
         "## Baseline checks",
         f"- baseline: {s['baseline']['tensors']} tensors dumped ({_mb(s['baseline']['bytes'])}), "
         "ORT_DISABLE_ALL, FP32, CPU",
-        f"- {determinism_line(s['determinism'])}",
-        *[f"- {line}" for line in range_lines(s["range_check"])],
+        f"- {_t(determinism_line(s['determinism']))}",
+        *[f"- {_t(line)}" for line in range_lines(s["range_check"])],
         "",
     ]
     if s.get("config"):
         c = s["config"]
         parts += [
             "## Fused engine vs baseline",
-            f"engine `{s['engine']}`, level `{c['level']}`, precision `{c['precision']}`, "
-            f"config `{c.get('config_entries') or {}}`, disabled `{c.get('disabled_optimizers') or []}`",
+            f"engine {md_code(s['engine'])}, level {md_code(c['level'])}, precision {md_code(c['precision'])}, "
+            f"config {md_code(c.get('config_entries') or {})}, disabled {md_code(c.get('disabled_optimizers') or [])}",
             "",
             _md_table(
                 ["output", "verdict", "max abs", "mean abs", "max rel", "cosine", "SNR dB", "failed criterion"],
-                [[n, "PASS" if o["passed"] else "FAIL", fmt(o["metrics"]["max_abs"]),
+                [[_t(n), "PASS" if o["passed"] else "FAIL", fmt(o["metrics"]["max_abs"]),
                   fmt(o["metrics"]["mean_abs"]), fmt(o["metrics"]["max_rel"]),
                   cos_text(o["metrics"]["cosine"]), fmt(o["metrics"]["snr_db"]),
-                  "" if o["passed"] else o["summary"]] for n, o in s["outputs"].items()],
+                  "" if o["passed"] else _t(o["summary"])] for n, o in s["outputs"].items()],
             ),
             "",
         ]
         for name, path in (s.get("plots") or {}).items():
-            parts += [f"![{name}: baseline vs fused values and error]({path})", ""]
+            parts += [_image(f"{name}: baseline vs fused values and error", path), ""]
         if s["fused_nodes"]:
             parts += [
                 f"### Fused nodes ({len(s['fused_nodes'])})",
                 _md_table(
                     ["fused node", "op", "original nodes", "optimizers"],
-                    [[f"`{n['name']}`", n["op_type"], ", ".join(n["original_nodes"]),
-                      ", ".join(n["optimizers"]) or "-"] for n in s["fused_nodes"][:60]],
+                    [[_c(n['name']), _t(n["op_type"]), _t(", ".join(n["original_nodes"])),
+                      _t(", ".join(n["optimizers"]) or "-")] for n in s["fused_nodes"][:60]],
                 ),
                 "",
             ]
@@ -227,9 +279,10 @@ def check_markdown(s: dict) -> str:
 
 
 def _inputs_md(inp: dict) -> str:
-    arrays = ", ".join(f"`{a['name']}` {'x'.join(map(str, a['shape']))} {a['dtype']}" for a in inp.get("arrays", []))
+    arrays = ", ".join(f"{md_code(a['name'])} {'x'.join(map(str, a['shape'])) or 'scalar'} {_t(a['dtype'])}"
+                       for a in inp.get("arrays", []))
     if inp.get("kind") == "file":
-        src = f"from file `{inp.get('file')}`"
+        src = f"from file {md_code(inp.get('file'))}"
     else:
         src = f"seed {inp.get('seed')}"
     return f"{arrays}; {inp.get('samples', 1)} sample(s), {src}"
@@ -256,10 +309,11 @@ def culprit_lines(c: dict, i: int) -> list[str]:
         f"culprit {i}: {term(c['op_type'])} '{term(c['fused_node'])}'"
         + (" (an interaction: these fusions fail only together)" if c["interaction"] else "")
         + (f" [{c['kind']}]" if c.get("kind") in ("build_error", "run_error") else ""),
-        f"  replaces original nodes: {term(', '.join(c['original_nodes']))}",
-        f"  made by optimizer(s): {', '.join(c['optimizers']) or 'unknown'}"
+        f"  replaces original nodes: {', '.join(term(n) for n in c['original_nodes'])}",
+        f"  made by optimizer(s): {term(', '.join(c['optimizers'])) or 'unknown'}"
         + (" (confirmed: disabling removes the fused node)" if c["attribution"]["confirmed"] else "")
-        + (f"; found by {c['attribution']['how']}" if (c["attribution"].get("group_test") or {}).get("found") else ""),
+        + (f"; found by {term(c['attribution']['how'])}" if (c["attribution"].get("group_test") or {}).get("found")
+           else ""),
     ]
     gt = c["attribution"].get("group_test") or {}
     if gt.get("engine_log_modified"):
@@ -273,10 +327,10 @@ def culprit_lines(c: dict, i: int) -> list[str]:
     if c.get("engine_error"):
         lines.insert(1, f"  the engine's message: {term(c['engine_error']['message'])}")
     if iso.get("build_error"):
-        lines.append(f"  in isolation the fused subgraph does not even build: {iso['build_error']}")
+        lines.append(f"  in isolation the fused subgraph does not even build: {term(iso['build_error'])}")
     for name, o in iso["outputs"].items():
         fu = o["fused_vs_unfused"]
-        line = f"  in isolation on the baseline's own inputs, {name}: fused vs unfused max_abs {fmt(fu['max_abs'])}"
+        line = f"  in isolation on the baseline's own inputs, {term(name)}: fused vs unfused max_abs {fmt(fu['max_abs'])}"
         if o.get("fused_nonfinite"):
             line += f"; the fused result has {o['fused_nonfinite']} NaN/Inf value(s) where the float64 truth is finite"
         elif "fused_vs_truth" in o:
@@ -300,8 +354,10 @@ def bisect_text(s: dict) -> str:
     lines.append(f"bisection: {BISECT_VERDICT[b['verdict']]} ({b['engine_builds']} engine builds"
                  + (f" this run, {b['reused_steps']} steps reused from the session" if b.get("reused_steps") else "")
                  + f", searched at level {b.get('level')}, {len(b.get('units', []))} fused nodes)")
+    if b.get("untrusted_steps"):
+        lines.append(f"  {b['untrusted_steps']} saved step(s) failed their digest check and were recomputed")
     for st in b["steps"]:
-        lines.append(f"  {st['n']:>3} {st['kind'][:30]:<30} {st['region'][:32]:<32} "
+        lines.append(f"  {st['n']:>3} {term(st['kind'])[:30]:<30} {term(st['region'])[:32]:<32} "
                      f"{'pass' if st['passed'] else 'FAIL'} x{fmt(st['ratio'])}")
     for i, c in enumerate(b["culprits"], 1):
         lines += culprit_lines(c, i)
@@ -312,19 +368,19 @@ def bisect_text(s: dict) -> str:
     w = b.get("workaround")
     if w and w.get("kind") == "disable_optimizers":
         fe = w["full_engine"]
-        lines.append(f"workaround: disable {', '.join(w['disabled_optimizers'])} -> full engine passes "
-                     f"(max_abs {fmt(fe['max_abs'])}); {w['how']}")
+        lines.append(f"workaround: disable {term(', '.join(w['disabled_optimizers']))} -> full engine passes "
+                     f"(max_abs {fmt(fe['max_abs'])}); {term(w['how'])}")
     elif w and w.get("kind") == "mark_outputs":
-        lines.append(f"workaround: {w['how']}")
+        lines.append(f"workaround: {term(w['how'])}")
     elif w and w.get("best_effort"):
         be = w["best_effort"]
-        lines.append(f"workaround: disable {', '.join(be['disabled_optimizers'])} -> the full engine goes from "
-                     f"x{fmt(be['ratio_before'])} to x{fmt(be['ratio'])} of tolerance; it still fails because "
-                     f"{be['why_not_passing']}")
+        lines.append(f"workaround: disable {term(', '.join(be['disabled_optimizers']))} -> the full engine goes "
+                     f"from x{fmt(be['ratio_before'])} to x{fmt(be['ratio'])} of tolerance; it still fails because "
+                     f"{term(be['why_not_passing'])}")
     elif w:
-        lines.append(f"workaround: none found ({w['how']})")
+        lines.append(f"workaround: none found ({term(w['how'])})")
     if b.get("explanation"):
-        lines.append(b["explanation"])
+        lines.append(term(b["explanation"]))
     lj = b.get("local_judgement")
     if lj:
         from bisect_tui.core.bisect.local_judgement import summary_line
@@ -336,7 +392,7 @@ def bisect_text(s: dict) -> str:
     lines += evidence_lines(b.get("evidence"))
     lines += precision_lines(b.get("precision"))
     if b.get("stopped_reason"):
-        lines.append(b["stopped_reason"])
+        lines.append(term(b["stopped_reason"]))
     return "\n".join(lines)
 
 
@@ -375,26 +431,26 @@ def bisect_markdown(s: dict) -> str:
     b = s["bisect"]
     parts = [check_markdown(s).rstrip().rsplit("\n**Verdict", 1)[0], "",
              f"## Bisection: {BISECT_VERDICT[b['verdict']]}",
-             f"{b['engine_builds']} engine builds, searched at optimization level `{b.get('level')}` "
+             f"{b['engine_builds']} engine builds, searched at optimization level {md_code(b.get('level'))} "
              f"over {len(b.get('units', []))} fused nodes.", ""]
     if b["culprits"]:
         parts += ["### Culprits", _md_table(
             ["#", "fused node", "op", "original nodes", "optimizer(s)", "isolated max abs (fused vs unfused)",
              "error vs float64 (fused / FP32)"],
-            [[i, f"`{c['fused_node']}`", c["op_type"], ", ".join(f"`{n}`" for n in c["original_nodes"]),
-              ", ".join(c["optimizers"]) or "?",
+            [[i, _c(c['fused_node']), _t(c["op_type"]), ", ".join(_c(n) for n in c["original_nodes"]),
+              _t(", ".join(c["optimizers"]) or "?"),
               _iso_abs(c["isolated"]), _ratio_text(next(iter(c["isolated"]["outputs"].values()), {}))]
              for i, c in enumerate(b["culprits"], 1)]), ""]
         for i, c in enumerate(b["culprits"], 1):
-            parts += [f"#### Culprit {i}: evidence in isolation", "```", *culprit_lines(c, i), "```", ""]
+            parts += [f"#### Culprit {i}: evidence in isolation", *_fenced(culprit_lines(c, i)), ""]
             if c["worst_elements"]:
                 parts += [_md_table(["index", "float64 truth", "unfused FP32", "fused"],
-                                    [[w["index"], fmt(w["truth"], 6), fmt(w["unfused"], 6), fmt(w["fused"], 6)]
+                                    [[_t(w["index"]), fmt(w["truth"], 6), fmt(w["unfused"], 6), fmt(w["fused"], 6)]
                                      for w in c["worst_elements"]]), ""]
     if b.get("explanation"):
-        parts += [b["explanation"], ""]
+        parts += [_t(b["explanation"]), ""]
     if b.get("stopped_reason"):
-        parts += [f"**Stopped early:** {b['stopped_reason']}", ""]
+        parts += [f"**Stopped early:** {_t(b['stopped_reason'])}", ""]
     lj = b.get("local_judgement")
     if lj:
         from bisect_tui.core.bisect.local_judgement import summary_line
@@ -402,35 +458,36 @@ def bisect_markdown(s: dict) -> str:
         rows = sorted((r for r in lj["units"] if r.get("ratio") is not None), key=lambda r: -r["ratio"])
         parts += ["### Local judgement (each fused node alone vs float64)", summary_line(lj), "",
                   _md_table(["fused node", "op", "fused / FP32 error", "verdict"],
-                            [[md_code(r["fused_node"]), md(r["op_type"]), fmt(r["ratio"]), r["verdict"]]
+                            [[_c(r["fused_node"]), md(r["op_type"]), fmt(r["ratio"]), r["verdict"]]
                              for r in rows[:30]]), ""]
     if (b.get("evidence") or {}).get("node"):
-        parts += ["### Where the error starts", "```", *evidence_lines(b["evidence"]), "```", ""]
+        parts += ["### Where the error starts", *_fenced(evidence_lines(b["evidence"])), ""]
     p = b.get("precision")
     if p:
-        parts += ["### Keep-set: nodes to keep in FP32", "```", *precision_lines(p), "```", ""]
+        parts += ["### Keep-set: nodes to keep in FP32", *_fenced(precision_lines(p)), ""]
         if p.get("seeds"):
-            parts += [_md_table(["seed", "why"], [[md_code(r["node"]), md(r["why"])] for r in p["seeds"]]), ""]
+            parts += [_md_table(["seed", "why"], [[_c(r["node"]), md(r["why"])] for r in p["seeds"]]), ""]
     parts += ["### Steps", _md_table(
         ["step", "kind", "region", "marked", "builds", "x tolerance", "max abs", "verdict"],
-        [[st["n"], st["kind"], st["region"], st["marks"], st["builds"], fmt(st["ratio"]), fmt(st["max_abs"]),
+        [[st["n"], _t(st["kind"]), _t(st["region"]), st["marks"], st["builds"], fmt(st["ratio"]), fmt(st["max_abs"]),
           "pass" if st["passed"] else "FAIL"] for st in b["steps"]]), ""]
     w = b.get("workaround")
     if w:
         parts.append("### Workaround")
         if w.get("kind") == "disable_optimizers":
             fe = w["full_engine"]
-            parts.append(f"Disable `{', '.join(w['disabled_optimizers'])}`: the full engine then passes "
+            parts.append(f"Disable {md_code(', '.join(w['disabled_optimizers']))}: the full engine then passes "
                          f"(max abs {fmt(fe['max_abs'])}, {fe.get('fused_nodes')} fused nodes kept). "
-                         f"`{w['how']}`")
+                         f"{md_code(w['how'])}")
         else:
-            parts.append(w["how"])
+            parts.append(_t(w["how"]))
         parts.append("")
-    parts += ["### How to reproduce", "```",
+    # shell lines: every name quoted, so copying them never runs anything else
+    parts += ["### How to reproduce", *_fenced([
               "unzip bundle.zip && python repro/repro.py        # exits 1 while the bug is present",
-              *(["python repro/repro.py " + " ".join(f"--disable {n}" for n in w["disabled_optimizers"])
-                 + "   # exits 0 with the workaround"] if w and w.get("disabled_optimizers") else []),
-              "```", "", f"**Verdict: {b['verdict']}**"]
+              *(["python repro/repro.py " + " ".join(f"--disable {shlex.quote(n)}" for n in w["disabled_optimizers"])
+                 + "   # exits 0 with the workaround"] if w and w.get("disabled_optimizers") else [])]),
+              "", f"**Verdict: {_t(b['verdict'])}**"]
     return "\n".join(parts) + "\n"
 
 

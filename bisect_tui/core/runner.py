@@ -10,6 +10,7 @@ gets a fresh session and is streamed to a sink before the next one runs.
 from __future__ import annotations
 
 import gc
+import math
 from dataclasses import dataclass
 from typing import Callable, Iterable, Optional, Protocol
 
@@ -41,11 +42,12 @@ def parse_memory(text: str) -> int:
     t = text.strip().upper().removesuffix("B").removesuffix("I")
     mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
     try:
-        if t and t[-1] in mult:
-            return int(float(t[:-1]) * mult[t[-1]])
-        return int(float(t))
+        value = float(t[:-1]) * mult[t[-1]] if t and t[-1] in mult else float(t)
     except ValueError:
         raise UserError(f"bad memory size {text!r}: use e.g. 512M or 2G") from None
+    if not math.isfinite(value) or value < 1 * MB:
+        raise UserError(f"bad memory size {text!r}: it must be a finite size of at least 1M (e.g. 512M or 2G)")
+    return int(value)
 
 
 def with_fixed_inputs(model: onnx.ModelProto, shapes: dict[str, list[int]]) -> onnx.ModelProto:

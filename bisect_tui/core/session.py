@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from bisect_tui import __version__
-from bisect_tui.core import atomic
+from bisect_tui.core import atomic, safepath
 from bisect_tui.core.errors import UserError
 
 STEPS = ("inputs", "baseline", "determinism", "range_check", "fused", "bisect", "report")
@@ -53,57 +53,89 @@ def state_home() -> Path:
     return Path(root) / "bisect-tui"
 
 
+_ACTIVE: list[Path] = []  # the session this process works in, for the crash log
+
+
+def active_root() -> Optional[Path]:
+    """The last session opened by this process (where an internal error's log goes)."""
+    return _ACTIVE[-1] if _ACTIVE else None
+
+
 class Session:
     def __init__(self, root: Path):
         self.root = Path(root)
 
     # paths -----------------------------------------------------------------
+    # Every path goes through `path()`: relative names only, resolved inside the
+    # root, no symlink on the way (see safepath.py).
     @property
     def meta_path(self) -> Path:
-        return self.root / "session.json"
+        return self.path("session.json")
 
     @property
     def model_path(self) -> Path:
-        return self.root / "model.onnx"
+        return self.path("model.onnx")
 
     @property
     def inputs_path(self) -> Path:
-        return self.root / "input.npz"
+        return self.path("input.npz")
 
     @property
     def input_source_path(self) -> Path:
-        return self.root / "input_source.json"
+        return self.path("input_source.json")
 
     @property
     def baseline_dir(self) -> Path:
-        return self.root / "baseline"
+        return self.path("baseline")
 
     @property
     def manifest_path(self) -> Path:
-        return self.baseline_dir / "manifest.json"
+        return self.path("baseline/manifest.json")
 
     @property
     def engines_dir(self) -> Path:
-        return self.root / "engines"
+        return self.path("engines")
 
     @property
     def bisect_dir(self) -> Path:
-        return self.root / "bisect"
+        return self.path("bisect")
+
+    @property
+    def log_dir(self) -> Path:
+        return self.path("log")
 
     def path(self, name: str) -> Path:
-        return self.root / name
+        return safepath.inside(self.root, name)
+
+    def contains(self, path: Path) -> Path:
+        """An absolute path read back from a session file, checked to be inside it."""
+        return safepath.check_inside(self.root, path)
 
     # metadata --------------------------------------------------------------
     def exists(self) -> bool:
         return self.meta_path.exists()
 
     def meta(self) -> dict:
+        """session.json, checked: a file that is not valid JSON or holds the wrong
+        types is reported in one line, never trusted and never a traceback."""
         if not self.meta_path.exists():
             return {}
-        return atomic.read_json(self.meta_path)
+        try:
+            with safepath.open_read(self.root, "session.json", binary=False) as fh:
+                meta = json.load(fh)
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise UserError(f"{self.meta_path} is not valid JSON ({str(exc).splitlines()[0][:120]}); "
+                            "move the directory away or choose another --session") from None
+        problem = _meta_problem(meta)
+        if problem:
+            raise UserError(f"{self.meta_path} is damaged ({problem}); "
+                            "move the directory away or choose another --session")
+        return meta
 
     def init(self, model_source: Path, model_sha: str, input_options: dict) -> dict:
         """Create the session or check that an existing one is for the same model and inputs."""
+        if self.root.exists() and not self.root.is_dir():
+            raise UserError(f"--session {self.root} is a file, not a directory")
         meta = self.meta()
         if meta:
             if meta.get("model_sha256") != model_sha:
@@ -118,6 +150,8 @@ class Session:
                     f"({_describe(meta.get('input_options'))}); choose another --session "
                     f"or pass the same input options"
                 )
+            _ACTIVE.append(self.root)
+            safepath.sweep_temp(self.root)  # what a killed run left half-written
             return meta
         meta = {
             "tool": "bisect-tui",
@@ -129,6 +163,7 @@ class Session:
             "steps": {},
         }
         self.root.mkdir(parents=True, exist_ok=True)
+        _ACTIVE.append(self.root)
         atomic.write_json(self.meta_path, meta)
         remember_session(self.root, meta)
         return meta
@@ -150,18 +185,35 @@ class Session:
 
     # results ---------------------------------------------------------------
     def write_json(self, name: str, obj: Any) -> Path:
-        p = self.root / name
+        p = self.path(name)
         atomic.write_json(p, obj)
         return p
 
     def read_json(self, name: str) -> Optional[Any]:
-        p = self.root / name
-        if not p.exists():
+        p = self.path(name)
+        if not p.exists() and not p.is_symlink():
             return None
         try:
-            return atomic.read_json(p)
-        except (OSError, ValueError):
+            with safepath.open_read(self.root, name, binary=False) as fh:
+                return json.load(fh)
+        except safepath.UnsafePath:
+            raise
+        except (OSError, ValueError, UnicodeDecodeError):
             return None  # unreadable results are recomputed, never trusted
+
+
+def _meta_problem(meta: Any) -> Optional[str]:
+    if not isinstance(meta, dict):
+        return f"expected a JSON object, found {type(meta).__name__}"
+    expected = {"model_sha256": str, "model_source": str, "input_options": dict, "steps": dict,
+                "options": dict, "tool": str, "version": str, "created": str}
+    for key, kind in expected.items():
+        if key in meta and not isinstance(meta[key], kind):
+            return f"'{key}' should be {kind.__name__}, found {type(meta[key]).__name__}"
+    for step, rec in (meta.get("steps") or {}).items():
+        if not isinstance(rec, dict):
+            return f"step '{step}' should be an object, found {type(rec).__name__}"
+    return None
 
 
 def _describe(opts: Optional[dict]) -> str:
@@ -176,7 +228,13 @@ def remember_session(root: Path, meta: dict) -> None:
     """Add the session to the recent list the app's model picker shows first."""
     try:
         path = state_home() / "recent.json"
-        recent = atomic.read_json(path) if path.exists() else []
+        try:
+            recent = atomic.read_json(path) if path.exists() else []
+        except (ValueError, UnicodeDecodeError):
+            recent = []  # unreadable: started afresh
+        if not isinstance(recent, list):
+            recent = []  # a damaged list is replaced, not trusted
+        recent = [e for e in recent if isinstance(e, dict) and isinstance(e.get("session"), str)]
         entry = {
             "session": str(Path(root).resolve()),
             "model": meta.get("model_source"),
@@ -193,6 +251,19 @@ def recent_sessions() -> list[dict]:
     path = state_home() / "recent.json"
     try:
         recent = atomic.read_json(path) if path.exists() else []
-    except (OSError, ValueError):
+    except (OSError, ValueError, UnicodeDecodeError):
         return []
-    return [e for e in recent if Path(e.get("session", "")).joinpath("session.json").exists()]
+    if not isinstance(recent, list):
+        return []
+    out = []
+    for e in recent:
+        if not isinstance(e, dict) or not isinstance(e.get("session"), str) or not e["session"]:
+            continue
+        if e.get("model") is not None and not isinstance(e.get("model"), str):
+            continue
+        try:
+            if Path(e["session"]).joinpath("session.json").exists():
+                out.append(e)
+        except (OSError, ValueError):
+            continue
+    return out

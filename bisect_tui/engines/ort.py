@@ -37,7 +37,7 @@ from typing import Collection, Iterable, Optional
 import numpy as np
 import onnx
 
-from bisect_tui.core.errors import EngineBuildError, EngineRunError, UserError
+from bisect_tui.core.errors import EngineBuildError, EngineRunError, EnvironmentFault, UserError
 from bisect_tui.core.graph import (
     GraphIndex,
     mark_outputs,
@@ -780,7 +780,19 @@ class OrtEngine:
         except _ort_errors() as e:
             if tmp_opt.exists():
                 tmp_opt.unlink()
-            raise _build_error(e) from None
+            # A full disk or a file-size limit makes ORT fail while saving the
+            # optimized graph, with a protobuf message that names neither. Such a
+            # failure must not read as "this fusion breaks the build" (a verdict):
+            # if the same build succeeds without saving, the machine is at fault.
+            so.optimized_model_filepath = ""
+            try:
+                ort.InferenceSession(model_arg, so, providers=list(config.providers),
+                                     disabled_optimizers=list(config.disabled_optimizers))
+            except _ort_errors():
+                raise _build_error(e) from None
+            raise EnvironmentFault(
+                f"ONNX Runtime could not write the optimized graph into {workdir} ({_first_line(e)}): "
+                "the disk is full, a file-size limit or a permission stopped it; fix it and rerun") from None
         saved: Optional[Path] = None
         if tmp_opt.exists():
             os.replace(tmp_opt, optimized)

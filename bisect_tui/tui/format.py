@@ -7,6 +7,7 @@ import os
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
+from bisect_tui.core.escape import term
 from bisect_tui.core.report import fmt  # the same number format as the reports
 
 STATE_SYMBOL = {
@@ -78,7 +79,14 @@ def clip_hist(counts: Sequence[int], lo: int, hi: int, start: int) -> list[int]:
     return out
 
 
+def shown(text: Any) -> str:
+    """Model-supplied names for the screen: control characters shown as \\x1b
+    etc., never sent to the terminal (newlines kept)."""
+    return term(text, keep_newlines=True)
+
+
 def short(text: str, n: int) -> str:
+    text = term(text)
     return text if len(text) <= n else text[: max(n - 1, 1)] + "…"
 
 
@@ -92,5 +100,5 @@ def relpath_or_name(p: Any) -> str:
 
 __all__ = [
     "fmt", "state_label", "show_path", "mb", "ratio", "verdict_word", "mini_spark",
-    "clip_hist", "short", "relpath_or_name", "STATE_SYMBOL",
+    "clip_hist", "short", "shown", "relpath_or_name", "STATE_SYMBOL",
 ]

@@ -7,6 +7,7 @@ from pathlib import Path
 from bisect_tui import __version__
 from bisect_tui.core import atomic
 from bisect_tui.core.errors import ExitCode
+from bisect_tui.core.escape import term
 
 
 def bisect_exit(result: dict) -> ExitCode:
@@ -55,7 +56,7 @@ def run_bisect_command(args, opts) -> int:
         summary = triage.run_all()
         if summary["verdict"] in ("nondeterministic", "nan_inf"):
             progress.close()
-            print(check_text(summary))
+            print(term(check_text(summary), keep_newlines=True))
             return summary["exit_code"]
         result = run_bisection(triage, max_builds=getattr(args, "max_builds", 200),
                                max_culprits=getattr(args, "max_culprits", 5))
@@ -68,8 +69,8 @@ def run_bisect_command(args, opts) -> int:
 
         plots = write_plots(triage.session.path("plots"), summary["outputs"])
     full, md, paths = export_session(triage, summary, result, plots)
-    print(check_text(summary))
-    print(bisect_text(full))
+    print(term(check_text(summary), keep_newlines=True))
+    print(term(bisect_text(full), keep_newlines=True))
     if getattr(args, "json", None):
         atomic.write_json(args.json, full)
     if report:  # links re-made relative to where this copy lives

@@ -20,7 +20,7 @@ from onnx import TensorProto, helper, numpy_helper
 from bisect_tui.core import atomic
 from bisect_tui.core.baseline import load_tensor, manifest_index
 from bisect_tui.core.bisect.units import Unit
-from bisect_tui.core.errors import UserError
+from bisect_tui.core.errors import EnvironmentFault, UserError
 from bisect_tui.core.graph import node_inputs
 from bisect_tui.core.metrics import compare
 from bisect_tui.core.runner import make_session
@@ -153,7 +153,7 @@ def isolate(triage, units: list[Unit], config, out_dir: Path) -> dict:
     res_unfused, res_truth = [], []
     truth_how = ""
     for k in range(samples):
-        feeds = {i: np.ascontiguousarray(a[k]) for i, a in stacked.items()}
+        feeds = {i: np.asarray(a[k], order="C") for i, a in stacked.items()}
         names = [o.name for o in unfused_sess.get_outputs()]
         res_unfused.append(dict(zip(names, unfused_sess.run(names, feeds))))
         truth, truth_how = float64_truth(sub, feeds)
@@ -171,13 +171,15 @@ def isolate(triage, units: list[Unit], config, out_dir: Path) -> dict:
     }
     try:
         built = triage.engine.build(sub_path, config, (), None)
+    except EnvironmentFault:
+        raise  # the machine failed, not the fusion
     except UserError as exc:
         # The subgraph alone does not even build fused: that is the evidence.
         return {**base, "fused_in_isolation": [], "build_error": str(exc), "reproduces": True,
                 "fused_worse_than_fp32": None, "outputs": {}}
     try:
         fused_map = [f.to_dict() for f in built.fused_nodes if f.is_fused]
-        res_fused = [built.run({i: np.ascontiguousarray(a[k]) for i, a in stacked.items()})
+        res_fused = [built.run({i: np.asarray(a[k], order="C") for i, a in stacked.items()})
                      for k in range(samples)]
     finally:
         built.close()

@@ -33,9 +33,9 @@ class OutputJudge:
     @classmethod
     def for_triage(cls, triage) -> "OutputJudge":
         """The baseline's graph outputs, judged with the triage's tolerance."""
-        from bisect_tui.core.baseline import load_tensor
+        from bisect_tui.core.baseline import reference_output
 
-        refs = {name: np.asarray(load_tensor(triage.session, triage.baseline.manifest, name))
+        refs = {name: reference_output(triage.info, triage.session, triage.baseline.manifest, triage.inputs, name)
                 for name in triage.info.outputs}
         return cls(refs, triage.opts.tolerance, triage.opts.topk)
 

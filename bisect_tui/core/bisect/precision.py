@@ -20,6 +20,8 @@ log2(candidates) builds per node.
 
 from __future__ import annotations
 
+import shlex
+
 import re
 from typing import Optional
 
@@ -135,7 +137,8 @@ def precision_search(bisector, triage, search: dict, max_builds: Optional[int] =
         out.update(keep_fp32=keep, passed=proof.passed,
                    metrics={"ratio": proof.ratio, "max_abs": proof.max_abs, "summary": proof.summary})
         out["setting"] = ("convert_float_to_float16(model, keep_io_types=True, node_block_list=%r)" % (keep,))
-        out["cli"] = " ".join(f"--keep-fp32 {n}" for n in keep)
+        # a shell line the user copies: every node name quoted
+        out["cli"] = " ".join(f"--keep-fp32 {shlex.quote(n)}" for n in keep)
     except BuildBudgetExceeded as exc:
         out["explanation"] = str(exc)
     return _finish(out, bisector, start)

@@ -190,6 +190,7 @@ def _run(triage, bis, probe, max_builds: int, max_culprits: int) -> dict:
         "precision": precision,
         "steps": steps,
         "engine_builds": bis.builds + extra_builds,
+        "untrusted_steps": bis.untrusted_steps,  # recorded steps whose digest failed: recomputed
         "finished": now_iso(),
         "tolerance": triage.opts.tolerance.to_dict(),
     }

@@ -29,15 +29,21 @@ from dataclasses import dataclass, field
 from typing import Callable, Optional
 
 
-from bisect_tui.core import atomic
+from bisect_tui.core import atomic, safepath
 from bisect_tui.core.bisect.judge import Judgement, OutputJudge
 from bisect_tui.core.bisect.units import Unit, build_units, marks_for, region_text
 from bisect_tui.core.cancel import Progress
-from bisect_tui.core.errors import EngineBuildError
+from bisect_tui.core.errors import EngineBuildError, UserError
 from bisect_tui.core.session import now_iso, stable_key
 from bisect_tui.engines.base import LEVELS, EngineConfig, FusedNode
 
 MAX_SEED_TRIES = 3
+
+
+def record_digest(rec: dict) -> str:
+    """SHA-256 of a step record (without its own digest), written with it."""
+    body = {k: v for k, v in rec.items() if k != "digest"}
+    return hashlib.sha256(json.dumps(body, sort_keys=True, default=str).encode()).hexdigest()
 
 
 @dataclass
@@ -106,21 +112,46 @@ class Bisector:
         return self.dir / "steps.jsonl"
 
     def _load_cache(self) -> None:
-        if not self.steps_path.exists():
+        """Steps of earlier runs, each trusted only when its digest matches (a
+        hand-edited or damaged line is recomputed, and the count is reported)."""
+        self.untrusted_steps = 0
+        if not self.steps_path.exists() and not self.steps_path.is_symlink():
             return
-        for line in self.steps_path.read_text(encoding="utf-8").splitlines():
+        with safepath.open_read(self.session.root, "bisect/steps.jsonl", binary=False) as fh:
+            text = fh.read()
+        for line in text.splitlines():
             try:
                 rec = json.loads(line)
             except ValueError:
                 continue  # a torn last line from an interrupted write
-            if rec and rec.get("key"):
-                self._cache[rec["key"]] = rec
+            if not isinstance(rec, dict) or not isinstance(rec.get("key"), str):
+                continue
+            if rec.get("digest") != record_digest(rec):
+                self.untrusted_steps += 1
+                continue
+            self._cache[rec["key"]] = rec
+        if self.untrusted_steps:
+            self.t.progress(Progress("bisect", f"{self.untrusted_steps} saved step(s) failed their digest "
+                                     "check and will be recomputed"))
 
     def _append(self, rec: dict) -> None:
+        rec = {k: v for k, v in rec.items() if k != "digest"}
+        rec["digest"] = record_digest(rec)
         line = atomic.to_json(rec).replace("\n", " ") + "\n"
-        with open(self.steps_path, "a", encoding="utf-8") as fh:
+        with safepath.open_append(self.session.root, "bisect/steps.jsonl") as fh:
             fh.write(line)
             fh.flush()
+
+    def trusted_file(self, path: Optional[str]) -> Optional[str]:
+        """A path read back from a session file, kept only if it is a regular file
+        inside the session (never a link, never outside)."""
+        if not path:
+            return None
+        try:
+            p = self.session.contains(Path(path))
+        except UserError:
+            return None
+        return str(p) if safepath.regular_file(p) else None
 
     # --- one test ----------------------------------------------------------------
     def evaluate(
@@ -174,7 +205,7 @@ class Bisector:
         error_kind = error = None
         try:
             built = self.engine.build(self.session.model_path, config, marks, workdir)
-        except EngineBuildError as exc:
+        except EngineBuildError as exc:  # an EnvironmentFault (disk full...) is no step's verdict: it propagates
             # An engine that cannot even be built with this region enabled is
             # broken by it: the step fails, and the message says why.
             error_kind, error = exc.kind, exc.engine_message
@@ -249,8 +280,9 @@ class Bisector:
         step = self.evaluate(f"disable {', '.join(extra)}" if extra else f"engine {config.level}", None, config)
         workdir = self.engine_dir(config)
         path = workdir / "fused_nodes.json"
-        if step.optimized and path.exists() and Path(step.optimized).exists():
-            return [FusedNode.from_dict(d) for d in atomic.read_json(path)], step.optimized, step
+        if step.optimized and path.exists() and self.trusted_file(step.optimized):
+            return ([FusedNode.from_dict(d) for d in safepath.read_json(workdir, "fused_nodes.json")],
+                    step.optimized, step)
         if step.error_kind:
             return None, None, step
         # The verdict was recorded but its files are gone (deleted, or an older
@@ -321,7 +353,7 @@ class Bisector:
         if not fused or EngineConfig.from_dict(fused["config"]) != self.config:
             return
         key = stable_key(self.search_key, self.config.to_dict(), hashlib.sha1(b"").hexdigest())
-        if key in self._cache or not fused.get("optimized_model"):
+        if key in self._cache or not self.trusted_file(fused.get("optimized_model")):
             return
         outs = fused["outputs"].values()
         worst = max(outs, key=lambda o: o["verdict"]["ratio"])

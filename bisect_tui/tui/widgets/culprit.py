@@ -8,7 +8,7 @@ from rich.text import Text
 from textual.widgets import Static
 
 from bisect_tui.core.report import BISECT_VERDICT
-from bisect_tui.tui.format import fmt
+from bisect_tui.tui.format import fmt, shown
 
 
 def culprit_text(result: Optional[dict], status: str = "idle") -> Text:
@@ -32,15 +32,15 @@ def culprit_text(result: Optional[dict], status: str = "idle") -> Text:
              + f", searched at level {result.get('level')} over {len(result.get('units', []))} fused nodes\n")
     for i, c in enumerate(result.get("culprits", []), 1):
         t.append("\n")
-        t.append(f"Culprit {i}: {c['op_type']}", style="bold")
-        t.append((f"  (fused node '{c['fused_node']}')" if c.get("fused_node") else f"  ({c.get('kind')})")
+        t.append(f"Culprit {i}: {shown(c['op_type'])}", style="bold")
+        t.append((f"  (fused node '{shown(c['fused_node'])}')" if c.get("fused_node") else f"  ({c.get('kind')})")
                  + ("  an interaction: these fuse wrong only together" if c.get("interaction") else "") + "\n")
         if c.get("engine_error"):
-            t.append(f"  engine {c['engine_error']['kind']}: {c['engine_error']['message']}\n")
+            t.append(f"  engine {c['engine_error']['kind']}: {shown(c['engine_error']['message'])}\n")
         if c.get("exposed_by"):
             t.append(f"  exposed by disabling {', '.join(c['exposed_by'])}\n")
         t.append("  original nodes: ", style="bold")
-        t.append(", ".join(c["original_nodes"]) + "\n")
+        t.append(shown(", ".join(c["original_nodes"])) + "\n")
         confirmed = bool(c.get("attribution", {}).get("confirmed"))
         t.append("  optimizer(s): ", style="bold")
         t.append(", ".join(c["optimizers"]) or "unknown")

@@ -14,7 +14,7 @@ from textual.widgets import DataTable, ProgressBar, Static
 from bisect_tui.core.report import determinism_line, range_lines
 from bisect_tui.core.stats import FP16_MAX, LOG2_LO
 from bisect_tui.tui.format import (
-    clip_hist, fmt, mb, mini_spark, ratio, short, show_path, state_label, verdict_word,
+    clip_hist, fmt, mb, mini_spark, ratio, short, show_path, state_label, verdict_word, shown
 )
 from bisect_tui.tui.state import TriageState
 from bisect_tui.tui.texts import STEP_NAME
@@ -24,7 +24,7 @@ SPARK_LO, SPARK_HI = -26, 16  # log2 range of the headroom sparkline: FP16 zero 
 
 
 def T(s: str, style: str = "") -> Text:
-    return Text(str(s), style=style)
+    return Text(shown(s), style=style)  # names from the model never reach the terminal raw
 
 
 class StepView(Vertical):
