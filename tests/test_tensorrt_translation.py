@@ -400,6 +400,9 @@ def test_engine_refuses_what_tensorrt_cannot_do_and_says_how_to_apply_fixes():
     assert text.endswith("--layer-precisions Softmax_5:float32 Softmax_5_1:float32 -o model.engine")
     assert "--precision-constraints obey" in text
     assert "TensorRT 11" in eng.workaround_text({"kind": "keep_fp32"})
+    assert "--precision fp32" in eng.workaround_text({"kind": "precision", "precision": "fp32"})
+    assert eng.workaround_text({"kind": None}) == "no TensorRT setting was proven to fix it"
+    assert eng.default_precision() == "fp32"
     assert "ModifyNetworkOutputs" in eng.workaround_text({"kind": "mark_outputs", "marked_tensors": ["t"]})
     assert eng.name == "tensorrt" and eng.known_optimizers() == set()
 

@@ -259,6 +259,7 @@ class TensorRTEngine:
         self.cache_dir = Path(cache_dir) if cache_dir else None
         # progress(text) -> False cancels the build; the app or CLI sets it
         self.progress = progress
+        self._pins_by_keep: dict = {}  # keep-set -> {layer: "fp32"} of the last build that pinned it
 
     # -- what the installed TensorRT can do ---------------------------------
     def features(self) -> TrtFeatures:
@@ -309,16 +310,27 @@ class TensorRTEngine:
             lines.append(("kept in FP32", ", ".join(config.keep_fp32)))
         return lines
 
+    def default_precision(self) -> str:
+        """What TensorRT builds with no precision flag: FP32 (TF32 allowed by
+        TensorRT's own default; this engine turns TF32 off unless asked)."""
+        return "fp32"
+
     def workaround_text(self, workaround) -> str:
         kind = workaround.get("kind")
         if kind == "keep_fp32":
             layers = workaround.get("layer_precisions") or {}
+            keep = tuple(sorted(workaround.get("keep_fp32") or ()))
+            if not layers and keep:  # the pins the last build with this keep-set made
+                layers = self._pins_by_keep.get(keep, {})
             if layers:
                 pins = " ".join(f"{name}:float32" for name in layers)
                 return ("polygraphy convert model.onnx --fp16 --precision-constraints obey --layer-precisions "
                         + pins + " -o model.engine")
-            return ("keep the nodes in FP32 in the ONNX model (convert_float_to_float16(node_block_list=...)); "
-                    "TensorRT 11 takes precisions from the model's types")
+            return ("keep the nodes in FP32 in the ONNX model (convert_float_to_float16(node_block_list=...)) "
+                    "before TensorRT parses it (TensorRT 11 takes precisions from the model's types)")
+        if kind == "precision":
+            return (f"build with --precision {workaround.get('precision', 'fp32')} "
+                    "(Polygraphy CreateConfig without the reduced-precision flag)")
         if kind == "mark_outputs":
             return ("mark " + ", ".join(workaround.get("marked_tensors") or []) + " as network outputs "
                     "(Polygraphy ModifyNetworkOutputs / --trt-outputs): TensorRT stops fusing there")
@@ -515,6 +527,8 @@ class TensorRTEngine:
                 doc = inspector.get_engine_information(trt.LayerInformationFormat.JSON)
             if plan is None:
                 plan = plan_keep_fp32([], keep, node_outputs, feats.always_strongly_typed)
+            if plan.pins:
+                self._pins_by_keep[tuple(keep)] = dict(plan.pins)
             return engine, {"inspector": doc, "marking_error": marking_error, "plan": plan, "cache_hit": hit,
                             "dropped_marks": dropped}
 
