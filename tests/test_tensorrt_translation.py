@@ -517,3 +517,60 @@ def test_build_progress_lines_and_cancel():
     bp.phase_finish("Tactic selection")
     bp.phase_finish("Building engine")
     assert lines[-1] == "building the TensorRT engine: done"
+
+
+class _Tensor:
+    """Stand-in for trt.ITensor (TensorRT cannot run here): only the attributes
+    the network edits read or write."""
+
+    def __init__(self, name, dtype="DataType.FLOAT"):
+        self.name, self.dtype, self.is_network_output = name, dtype, False
+
+
+class _Layer:
+    def __init__(self, name, outs, metadata=""):
+        self.name, self._outs, self.metadata, self.type = name, outs, metadata, "LayerType.ELEMENTWISE"
+        self.precision, self.out_types = None, {}
+
+    @property
+    def num_outputs(self):
+        return len(self._outs)
+
+    def get_output(self, i):
+        return self._outs[i]
+
+    def set_output_type(self, i, t):
+        self.out_types[i] = t
+
+
+class _Network:
+    def __init__(self, inputs, layers):
+        self._in, self._layers, self.marked = inputs, layers, []
+
+    num_inputs = property(lambda self: len(self._in))
+
+    def get_input(self, i):
+        return self._in[i]
+
+    def __iter__(self):
+        return iter(self._layers)
+
+    def mark_output(self, t):
+        t.is_network_output = True
+        self.marked.append(t.name)
+
+
+def test_marking_matches_names_exactly_and_pins_set_fp32():
+    """Polygraphy's ModifyNetworkOutputs would read `a[0]*` as a pattern and
+    mark `a0x`; names are data, so marking is by exact name."""
+    from bisect_tui.engines.tensorrt.engine import apply_pins, mark_exact, network_layers
+
+    net = _Network([_Tensor("x")], [_Layer("L0", [_Tensor("a0x")]), _Layer("L1", [_Tensor("a[0]*")]),
+                                    _Layer("L2", [_Tensor("shape", "DataType.INT64")], "[ONNX Layer: N2]")])
+    assert mark_exact(net, ["a[0]*"]) == [] and net.marked == ["a[0]*"]
+    assert mark_exact(net, ["a[0]?", "a0x"]) == ["a[0]?"] and net.marked == ["a[0]*"]  # nothing marked on a miss
+    layers = network_layers(net)
+    assert layers[2] == NetworkLayer("L2", ("shape",), ("INT64",), "[ONNX Layer: N2]", "ELEMENTWISE")
+    assert apply_pins(net, {"L1": "fp32"}, "FP32-TYPE") == 1
+    assert net._layers[1].precision == "FP32-TYPE" and net._layers[1].out_types == {0: "FP32-TYPE"}
+    assert net._layers[0].precision is None

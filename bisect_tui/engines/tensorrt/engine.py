@@ -10,7 +10,8 @@ tested on every machine; this module is the thin glue, exercised by
 
 Polygraphy API used (checked in the 0.53.6 wheel and NVIDIA/TensorRT
 tools/Polygraphy): `NetworkFromOnnxPath(path, mark_unfused_tensors_as_debug_tensors=)`,
-`ModifyNetworkOutputs(network, outputs=)`, `PostprocessNetwork(network, func)`,
+`PostprocessNetwork(network, func)` (marking by exact name: Polygraphy's
+`ModifyNetworkOutputs` reads `* ? [ ]` in names as fnmatch patterns),
 `CreateConfig(tf32=, fp16=, bf16=, int8=, precision_constraints=, profiles=,
 calibrator=, profiling_verbosity=, memory_pool_limits=, builder_optimization_level=)`,
 `EngineBytesFromNetwork(network, config)`, `EngineFromBytes(bytes)`,
@@ -119,6 +120,63 @@ def _file_sha256(path: Path) -> str:
         for chunk in iter(lambda: fh.read(1 << 20), b""):
             h.update(chunk)
     return h.hexdigest()
+
+
+# -- network edits (duck-typed over TensorRT's INetworkDefinition, whose Python
+# API Polygraphy's own loaders use: iteration over layers, num_inputs/get_input,
+# layer.num_outputs/get_output, tensor.is_network_output, mark_output,
+# layer.precision, layer.set_output_type)
+
+
+def _network_tensors(network) -> dict:
+    tensors = {}
+    for i in range(network.num_inputs):
+        t = network.get_input(i)
+        if t is not None:
+            tensors[t.name] = t
+    for layer in network:
+        for k in range(layer.num_outputs):
+            t = layer.get_output(k)
+            if t is not None:
+                tensors[t.name] = t
+    return tensors
+
+
+def mark_exact(network, marks) -> list:
+    """Mark tensors as network outputs by exact name; returns the names not found."""
+    tensors = _network_tensors(network)
+    missing = [m for m in marks if m not in tensors]
+    if not missing:
+        for m in marks:
+            if not tensors[m].is_network_output:
+                network.mark_output(tensors[m])
+    return missing
+
+
+def network_layers(network) -> list:
+    layers = []
+    for layer in network:
+        outs = [layer.get_output(i) for i in range(layer.num_outputs)]
+        outs = [t for t in outs if t is not None]
+        layers.append(NetworkLayer(
+            name=layer.name,
+            outputs=tuple(t.name for t in outs),
+            output_types=tuple(str(t.dtype).split(".")[-1].upper() for t in outs),
+            metadata=str(getattr(layer, "metadata", "") or ""),
+            layer_type=str(layer.type).split(".")[-1]))
+    return layers
+
+
+def apply_pins(network, pins, float32) -> int:
+    """Set FP32 compute and output types on the pinned layers; returns how many."""
+    n = 0
+    for layer in network:
+        if layer.name in pins:
+            layer.precision = float32
+            for i in range(layer.num_outputs):
+                layer.set_output_type(i, float32)
+            n += 1
+    return n
 
 
 class TrtBuilt:
@@ -421,7 +479,6 @@ class TensorRTEngine:
             CreateConfig,
             EngineBytesFromNetwork,
             EngineFromBytes,
-            ModifyNetworkOutputs,
             NetworkFromOnnxPath,
             PostprocessNetwork,
         )
@@ -449,25 +506,18 @@ class TensorRTEngine:
         def make_network(marks, plan_box):
             net = NetworkFromOnnxPath(str(source), mark_unfused_tensors_as_debug_tensors=debug or None)
             if marks:
-                net = ModifyNetworkOutputs(net, outputs=graph_outputs + list(marks))
+                # not ModifyNetworkOutputs: it reads names holding * ? [ ] as fnmatch
+                # patterns, and tensor names are data; mark by exact name instead
+                def mark(network, marks=tuple(marks)):
+                    missing = mark_exact(network, marks)
+                    if missing:
+                        raise PolygraphyException(f"tensor {missing[0]!r} is not in the TensorRT network")
+                net = PostprocessNetwork(net, mark, name="MarkTensors")
             if keep and feats.layer_precisions:
                 def pin(network):
-                    layers = []
-                    for layer in network:
-                        outs = [layer.get_output(i) for i in range(layer.num_outputs)]
-                        layers.append(NetworkLayer(
-                            name=layer.name,
-                            outputs=tuple(t.name for t in outs),
-                            output_types=tuple(str(t.dtype).split(".")[-1].upper() for t in outs),
-                            metadata=str(getattr(layer, "metadata", "") or ""),
-                            layer_type=str(layer.type).split(".")[-1]))
-                    plan = plan_keep_fp32(layers, keep, node_outputs, strongly_typed=False)
+                    plan = plan_keep_fp32(network_layers(network), keep, node_outputs, strongly_typed=False)
                     plan_box["plan"] = plan
-                    for layer in network:
-                        if layer.name in plan.pins:
-                            layer.precision = trt.float32
-                            for i in range(layer.num_outputs):
-                                layer.set_output_type(i, trt.float32)
+                    apply_pins(network, plan.pins, trt.float32)
                 net = PostprocessNetwork(net, pin, name="KeepFp32")
             return net
 
