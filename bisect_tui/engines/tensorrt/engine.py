@@ -366,6 +366,9 @@ class TensorRTEngine:
             lines.append(("builder optimization level", str(o.builder_optimization_level)))
         if config.keep_fp32:
             lines.append(("kept in FP32", ", ".join(config.keep_fp32)))
+            pins = self._pins_by_keep.get(tuple(sorted(config.keep_fp32)))
+            if pins:  # the network layers the last build pinned for them (names, not a count)
+                lines.append(("TensorRT layers pinned to FP32", ", ".join(pins)))
         return lines
 
     def default_precision(self) -> str:
