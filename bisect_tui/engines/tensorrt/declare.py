@@ -29,9 +29,8 @@ def _options():
                      metavar="FILE", label="INT8 calibration cache"),
         EngineOption("workspace_mb", "text", "", "builder workspace limit in MB (default: TensorRT's)",
                      "--trt-workspace-mb", "options.workspace_mb", metavar="MB", label="workspace"),
-        EngineOption("opt_level", "choice", "", "builder optimization level 0..5 (default: TensorRT's)",
-                     "--trt-opt-level", "options.opt_level", choices=("", "0", "1", "2", "3", "4", "5"),
-                     label="builder optimization level"),
+        EngineOption("opt_level", "text", "", "builder optimization level 0..5 (default: TensorRT's)",
+                     "--trt-opt-level", "options.opt_level", metavar="0..5", label="builder optimization level"),
         EngineOption("profile", "text", "", "optimization profile of dynamic inputs, NAME=MIN:OPT:MAX joined by ';' "
                      "(default: exactly the shapes the triage runs)", "--trt-profile", "options.profile",
                      metavar="NAME=MIN:OPT:MAX", label="optimization profile"),
