@@ -574,3 +574,21 @@ def test_marking_matches_names_exactly_and_pins_set_fp32():
     assert apply_pins(net, {"L1": "fp32"}, "FP32-TYPE") == 1
     assert net._layers[1].precision == "FP32-TYPE" and net._layers[1].out_types == {0: "FP32-TYPE"}
     assert net._layers[0].precision is None
+
+
+def test_profile_shapes_come_from_the_session_inputs_headers_only(tmp_path):
+    """A dynamic model in a session: the engine builds for the saved inputs'
+    shapes (input.npz stores (samples, *shape)), read without loading data."""
+    from bisect_tui.engines.tensorrt.engine import session_input_shapes
+
+    sess = tmp_path / "s"
+    (sess / "bisect").mkdir(parents=True)
+    (sess / "session.json").write_text("{}")
+    np.savez(sess / "input.npz", x=np.zeros((3, 2, 5), np.float32), ids=np.zeros((3, 7), np.int64))
+    assert session_input_shapes(sess / "model.onnx") == {"x": [2, 5], "ids": [7]}
+    assert session_input_shapes(sess / "bisect" / "sub.onnx") == {"x": [2, 5], "ids": [7]}
+    specs = build_profiles([_In("x", ["batch", 5])], session_input_shapes(sess / "model.onnx"))
+    assert specs[0].opt == (2, 5)
+    (sess / "input.npz").write_bytes(b"not a zip")
+    assert session_input_shapes(sess / "model.onnx") == {}
+    assert session_input_shapes(tmp_path / "elsewhere.onnx") == {}

@@ -106,12 +106,50 @@ def session_cache_dir(model_path: Path, workdir: Optional[Path] = None) -> Optio
     place (the nearest folder above it holding `session.json`, a real file,
     at most four levels up). Outside a session the workdir holds them; with
     neither, nothing is cached (None)."""
+    root = _session_root(model_path)
+    if root is not None:
+        return root / "engines" / "trt_engines"
+    return Path(workdir) / "trt_engines" if workdir is not None else None
+
+
+def _session_root(model_path: Path) -> Optional[Path]:
     here = Path(model_path).resolve().parent
     for d in [here, *list(here.parents)[:4]]:
         meta = d / "session.json"
         if meta.is_file() and not meta.is_symlink():
-            return d / "engines" / "trt_engines"
-    return Path(workdir) / "trt_engines" if workdir is not None else None
+            return d
+    return None
+
+
+def session_input_shapes(model_path: Path) -> dict:
+    """Shapes of the session's saved inputs (`input.npz`, arrays stored as
+    `(samples, *shape)`), read from the .npy headers only: nothing is loaded,
+    nothing unpickled. {} outside a session or when the file is unreadable."""
+    import zipfile
+
+    root = _session_root(model_path)
+    if root is None:
+        return {}
+    path = root / "input.npz"
+    if not path.is_file() or path.is_symlink():
+        return {}
+    shapes = {}
+    try:
+        with zipfile.ZipFile(path) as zf:
+            for info in zf.infolist():
+                if not info.filename.endswith(".npy"):
+                    continue
+                with zf.open(info) as fh:
+                    version = np.lib.format.read_magic(fh)
+                    if version == (1, 0):
+                        shape, _, _ = np.lib.format.read_array_header_1_0(fh)
+                    else:
+                        shape, _, _ = np.lib.format.read_array_header_2_0(fh)
+                if len(shape) >= 1:
+                    shapes[info.filename[:-4]] = [int(d) for d in shape[1:]]
+    except (OSError, ValueError, zipfile.BadZipFile):
+        return {}
+    return shapes
 
 
 def _file_sha256(path: Path) -> str:
@@ -494,6 +532,10 @@ class TensorRTEngine:
         info = load_model_info(model_path)
         ranges = profile_ranges(config)
         dynamic = any(not s.is_static for s in info.inputs)
+        input_names = {s.name for s in info.inputs}
+        # the shapes the triage runs: the session's saved inputs, then what the caller set
+        known_shapes = {k: v for k, v in session_input_shapes(model_path).items() if k in input_names}
+        known_shapes.update(self.shapes)
         graph_outputs = [o.name for o in model.graph.output]
         parsed = model if source == model_path else onnx.load(str(source), load_external_data=False)
         # tensors of the model TensorRT parses (the FP16 converter may rename around casts)
@@ -525,7 +567,7 @@ class TensorRTEngine:
             return net
 
         def make(shapes):
-            specs = build_profiles(info.inputs, {**self.shapes, **(shapes or {})}, ranges)
+            specs = build_profiles(info.inputs, {**known_shapes, **(shapes or {})}, ranges)
             kwargs = opts.create_config_kwargs()
             if not feats.obey_precision_constraints:
                 kwargs.pop("precision_constraints")
@@ -587,7 +629,7 @@ class TensorRTEngine:
 
         built = TrtBuilt(config, model_path, graph_outputs + marked, unmarkable, make, tmpdir)
         built._dynamic_without_shapes = dynamic and not ranges and not all(
-            s.name in self.shapes for s in info.inputs if not s.is_static)
+            s.name in known_shapes for s in info.inputs if not s.is_static)
         return built
 
 
