@@ -45,7 +45,11 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _add_model_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("model", type=Path, help="the ONNX model to triage")
+    p.add_argument("model", type=Path, nargs="?", help="the ONNX model to triage (omit with --torch)")
+    p.add_argument("--torch", metavar="MODULE:FACTORY",
+                   help="a PyTorch model instead: module.path:factory returning a module or (module, inputs)")
+    p.add_argument("--exporter", default="auto", choices=["auto", "dynamo", "torchscript"],
+                   help="ONNX exporter for --torch (default auto: dynamo, else TorchScript)")
     g = p.add_argument_group("session and inputs")
     g.add_argument("--session", type=Path, help="session directory (default: ./bisect-sessions/<model>-<hash>)")
     g.add_argument("--shape", action="append", default=[], metavar="NAME=DIMS",
@@ -74,6 +78,8 @@ def _add_model_options(p: argparse.ArgumentParser) -> None:
     t = add_tolerance_options(p, "the precision's")
     t.add_argument("--outputs-only", action="store_true",
                    help="compare final outputs only (skip the per-tensor comparison of the fused graph)")
+    t.add_argument("--no-arbiter", action="store_true",
+                   help="skip the float64 run that tells whether the fused result is really worse than FP32")
     o = p.add_argument_group("output")
     o.add_argument("--json", type=Path, metavar="FILE", help="write the result as JSON")
     o.add_argument("--report", type=Path, metavar="FILE.md", help="write a Markdown report")
@@ -222,6 +228,15 @@ def options_from_args(args: argparse.Namespace):
     )
     preset = args.preset or ("fp16" if args.precision == "fp16" else "fp32")
     tolerance = parse_tolerance(preset, args.atol, args.rtol, args.min_cosine, args.tol)
+    torch_spec = None
+    if getattr(args, "torch", None):
+        from bisect_tui.frontends.torch import TorchSpec
+
+        if args.model is not None:
+            raise UserError("give either an ONNX model or --torch MODULE:FACTORY, not both")
+        torch_spec = TorchSpec.parse(args.torch, args.exporter).to_dict()
+    elif args.model is None:
+        raise UserError("no model: give an ONNX file or --torch MODULE:FACTORY")
     return TriageOptions(
         model=args.model,
         session_dir=args.session,
@@ -238,6 +253,8 @@ def options_from_args(args: argparse.Namespace):
         check_determinism=not args.no_determinism,
         topk=args.topk,
         compare_tensors=not args.outputs_only,
+        torch=torch_spec,
+        arbiter=not getattr(args, "no_arbiter", False),
     )
 
 
@@ -276,11 +293,17 @@ def cmd_bisect(args: argparse.Namespace) -> int:
 def cmd_tui(args: Optional[argparse.Namespace]) -> int:
     from bisect_tui.tui.app import make_app
 
-    opts = options_from_args(args) if args is not None and getattr(args, "model", None) else None
-    if opts is not None:
+    wanted = args is not None and (getattr(args, "model", None) or getattr(args, "torch", None))
+    opts = options_from_args(args) if wanted else None
+    if opts is not None and opts.model is not None:
         from bisect_tui.core.model import load_model_info
 
         load_model_info(opts.model)  # a bad path fails here with one line, before the screen opens
+    if opts is not None and opts.torch:
+        from bisect_tui.frontends.torch import TorchSpec
+        from bisect_tui.frontends.torch.factory import import_factory
+
+        import_factory(TorchSpec.from_dict(opts.torch))  # a bad module or factory: one line, no screen
     app = make_app(options=opts)
     app.run()
     return int(app.return_code or 0)

@@ -24,7 +24,7 @@ from bisect_tui.core.baseline import (
 )
 from bisect_tui.core.cancel import CancelToken, Progress, ProgressFn, no_progress
 from bisect_tui.core.checks import check_determinism, check_ranges
-from bisect_tui.core.errors import EngineBuildError, ExitCode
+from bisect_tui.core.errors import EngineBuildError, ExitCode, UserError
 from bisect_tui.core.inputs import (
     InputSet,
     generate_inputs,
@@ -40,7 +40,7 @@ from bisect_tui.engines.base import EngineConfig
 
 @dataclass
 class TriageOptions:
-    model: Path
+    model: Optional[Path]  # None until a torch front end has exported the model
     session_dir: Optional[Path] = None
     shapes: dict[str, list[int]] = field(default_factory=dict)
     seed: int = 0
@@ -55,6 +55,8 @@ class TriageOptions:
     check_determinism: bool = True
     topk: Optional[int] = None
     compare_tensors: bool = True  # also compare every tensor the fused graph keeps
+    torch: Optional[dict] = None  # TorchSpec.to_dict(): the model comes from a PyTorch factory
+    arbiter: bool = True  # judge baseline and fused outputs against a float64 run of the model
 
     def input_options(self) -> dict:
         if self.input_file:
@@ -70,7 +72,7 @@ class TriageOptions:
     def to_dict(self) -> dict:
         """Everything needed to rerun this triage (saved in session.json for `resume`)."""
         return {
-            "model": str(Path(self.model).resolve()),
+            "model": str(Path(self.model).resolve()) if self.model else None,
             "session_dir": str(self.session_dir) if self.session_dir else None,
             "shapes": self.shapes,
             "seed": self.seed,
@@ -85,12 +87,14 @@ class TriageOptions:
             "check_determinism": self.check_determinism,
             "topk": self.topk,
             "compare_tensors": self.compare_tensors,
+            "torch": self.torch,
+            "arbiter": self.arbiter,
         }
 
     @classmethod
     def from_dict(cls, d: dict) -> "TriageOptions":
         return cls(
-            model=Path(d["model"]),
+            model=Path(d["model"]) if d.get("model") else None,
             session_dir=Path(d["session_dir"]) if d.get("session_dir") else None,
             shapes={k: list(v) for k, v in (d.get("shapes") or {}).items()},
             seed=int(d.get("seed", 0)),
@@ -105,6 +109,8 @@ class TriageOptions:
             check_determinism=bool(d.get("check_determinism", True)),
             topk=d.get("topk"),
             compare_tensors=bool(d.get("compare_tensors", True)),
+            torch=d.get("torch"),
+            arbiter=bool(d.get("arbiter", True)),
         )
 
 
@@ -114,6 +120,8 @@ def overall_exit(verdict: str) -> ExitCode:
         "fail": ExitCode.TOLERANCE,
         "nondeterministic": ExitCode.NONDETERMINISTIC,
         "nan_inf": ExitCode.NAN_INF,
+        # the ONNX export is not the PyTorch model: a tolerance broken before any engine runs
+        "export_mismatch": ExitCode.TOLERANCE,
     }[verdict]
 
 
@@ -137,6 +145,9 @@ class Triage:
         self.determinism: Optional[dict] = None
         self.range_check: Optional[dict] = None
         self.fused: Optional[dict] = None
+        self.framework: Optional[dict] = None  # torch front end: golden data, cross-check, pitfalls
+        self.arbiter: Optional[dict] = None
+        self._torch = None  # frontends.torch.step.TorchPrepared
         self._engine = None
 
     @property
@@ -154,6 +165,8 @@ class Triage:
     # step 1 -----------------------------------------------------------------
     def prepare(self) -> InputSet:
         """Load and check the model, open the session, fix the exact inputs."""
+        if self.opts.torch and self._torch is None:
+            self._prepare_torch()
         self.progress(Progress("inputs", "loading model"))
         info = load_model_info(self.opts.model)
         self.info = info
@@ -184,6 +197,22 @@ class Triage:
         self.inputs = inputs
         session.mark_step("inputs", "passed", samples=inputs.samples)
         return inputs
+
+    def _prepare_torch(self) -> None:
+        """Export the PyTorch model into the session first; the checklist then
+        runs on that ONNX file like on any other."""
+        from bisect_tui.frontends.torch import TorchSpec
+        from bisect_tui.frontends.torch.step import default_session_dir as torch_session_dir
+        from bisect_tui.frontends.torch.step import prepare
+
+        spec = TorchSpec.from_dict(self.opts.torch)
+        self.progress(Progress("inputs", f"exporting {spec.text} to ONNX"))
+        root = Path(self.opts.session_dir or torch_session_dir(spec))
+        self._torch = prepare(self.opts, root)
+        self.opts.session_dir = root
+        self.opts.model = self._torch.model_path
+        if self._torch.input_file is not None:
+            self.opts.input_file = self._torch.input_file
 
     def _load_saved_inputs(self) -> Optional[InputSet]:
         assert self.session is not None
@@ -289,6 +318,7 @@ class Triage:
                 self.cancel.check()
                 self.progress(Progress("fused", f"running sample {k + 1}/{self.inputs.samples}", k, self.inputs.samples))
                 per_sample.append(built.run(self.inputs.feeds(k)))
+            self._save_fused_outputs(workdir, key, per_sample)
             fused_nodes = [n.to_dict() for n in built.fused_nodes]
             atomic.write_json(workdir / "fused_nodes.json", fused_nodes)
             optimized = str(built.optimized_model_path) if built.optimized_model_path else None
@@ -342,6 +372,99 @@ class Triage:
         self.session.mark_step("fused", "passed" if passed else "failed")
         return result
 
+    def _save_fused_outputs(self, workdir: Path, key: str, per_sample: list[dict]) -> None:
+        """The fused engine's final outputs, for the float64 arbiter (keys by
+        position: output names are model data, not file names)."""
+        names = list(self.info.outputs)
+        arrays = {f"out_{i}": np.stack([s[n] for s in per_sample]) for i, n in enumerate(names)}
+        atomic.save_npz(workdir / "fused_outputs.npz", arrays)
+        from bisect_tui.core.model import file_sha256
+
+        atomic.write_json(workdir / "fused_outputs.json", {
+            "key": key, "outputs": names, "sha256": file_sha256(workdir / "fused_outputs.npz")})
+
+    def _load_fused_outputs(self) -> Optional[dict[str, np.ndarray]]:
+        """Trusted only when the digest and the check's key still match."""
+        from bisect_tui.core.model import file_sha256
+
+        workdir = self.engine_dir(self.opts.config)
+        meta = atomic.read_json(workdir / "fused_outputs.json") if (workdir / "fused_outputs.json").exists() else None
+        npz = workdir / "fused_outputs.npz"
+        if not meta or not self.fused or meta.get("key") != self.fused.get("key") or not npz.exists() \
+                or file_sha256(npz) != meta.get("sha256"):
+            return None
+        with np.load(npz, allow_pickle=False) as z:
+            return {n: z[f"out_{i}"] for i, n in enumerate(meta["outputs"])}
+
+    # framework golden data (torch front end) ------------------------------------
+    def run_framework(self) -> Optional[dict]:
+        """PyTorch's own golden data, run twice, cross-checked against the ONNX baseline."""
+        if not self.opts.torch:
+            return None
+        if self.baseline is None:
+            self.run_baseline()
+        from bisect_tui.frontends.torch.step import run_golden
+
+        self.session.mark_step("framework", "running")
+        self.framework = run_golden(self, self._torch)
+        self.session.mark_step("framework", "passed" if self.framework["export_matches"] else "failed")
+        return self.framework
+
+    # float64 arbiter -------------------------------------------------------------
+    def run_arbiter(self) -> dict:
+        """Baseline and fused outputs against a float64 run of the whole model."""
+        from bisect_tui.core.arbiter import arbitrate, unavailable
+        from bisect_tui.core.baseline import load_tensor
+
+        if self.fused is None:
+            self.run_fused()
+        if not self.opts.arbiter:
+            self.arbiter = {**unavailable("skipped (--no-arbiter)"), "skipped": True}
+            return self.arbiter
+        if self.fused.get("error"):
+            self.arbiter = unavailable("the fused engine did not build or run: no output to judge")
+            return self.arbiter
+        key = stable_key("arbiter/v1", self.baseline.manifest["key"], self.fused["key"],
+                         self._torch.loaded.state_sha256 if self._torch else None)
+        cached = self.session.read_json("arbiter.json")
+        if cached and cached.get("key") == key:
+            self.arbiter = cached
+            return cached
+        self.progress(Progress("arbiter", "float64 run of the whole model"))
+        t0 = time.perf_counter()
+        fused = self._load_fused_outputs()
+        if fused is None:
+            self.session.path("check.json").unlink(missing_ok=True)  # recompute with outputs saved
+            self.fused = None
+            self.run_fused()
+            fused = self._load_fused_outputs()
+        outputs = list(self.info.outputs)
+        baseline = {n: np.asarray(load_tensor(self.session, self.baseline.manifest, n)) for n in outputs}
+        framework = None
+        note = None
+        try:
+            if self._torch is not None:
+                from bisect_tui.frontends.torch.step import float64_truth
+
+                truth, framework, source = float64_truth(self, self._torch)
+            else:
+                from bisect_tui.core.reference import Float64Reference
+
+                ref = Float64Reference(self.info.model)
+                runs = [ref.run(self.inputs.feeds(k), outputs) for k in range(self.inputs.samples)]
+                truth = {n: np.stack([r[n] for r in runs]) for n in outputs}
+                source, note = ref.ran_with, ref.fallback_reason
+        except UserError as exc:
+            self.arbiter = {"key": key, **unavailable(str(exc))}
+            self.session.write_json("arbiter.json", self.arbiter)
+            return self.arbiter
+        passed = {n: o["passed"] for n, o in self.fused["outputs"].items()}
+        arb = arbitrate(truth, baseline, fused, self.fused["config"]["precision"], source, passed,
+                        framework, note)
+        self.arbiter = {"key": key, **arb.to_dict(), "seconds": time.perf_counter() - t0}
+        self.session.write_json("arbiter.json", self.arbiter)
+        return self.arbiter
+
     def _fused_failed(self, key: str, config: EngineConfig, exc, t0: float) -> dict:
         """check.json for an engine that failed to build or run (kind and the
         engine's own message), judged failed like a broken tolerance."""
@@ -375,14 +498,28 @@ class Triage:
         self.run_baseline()
         self.run_determinism()
         self.run_range_check()
-        self.run_fused()
+        self.run_framework()
+        if self.verdict_before_engine() is None:
+            self.run_fused()
+            self.run_arbiter()
         return self.summary()
 
-    def verdict(self) -> str:
+    def verdict_before_engine(self) -> Optional[str]:
+        """A verdict that stops the checklist before any engine is judged."""
         if self.range_check and self.range_check["nan_inf"]:
             return "nan_inf"
         if self.determinism and self.determinism.get("deterministic") is False:
             return "nondeterministic"
+        if self.framework and not self.framework["golden"]["deterministic"]:
+            return "nondeterministic"
+        if self.framework and not self.framework["export_matches"]:
+            return "export_mismatch"
+        return None
+
+    def verdict(self) -> str:
+        early = self.verdict_before_engine()
+        if early:
+            return early
         if self.fused is None:
             raise RuntimeError("fused step has not run")
         return "pass" if self.fused["passed"] else "fail"
@@ -418,5 +555,11 @@ class Triage:
             "sensitivity": self.fused.get("sensitivity") if self.fused else None,
             "engine_error": self.fused.get("error") if self.fused else None,
             "versions": {**versions(), **get_engine(self.opts.engine).versions()},
+            "framework": self.framework,
+            "arbiter": self.arbiter,
         }
+        if self._torch is not None:
+            import torch
+
+            out["versions"]["torch"] = torch.__version__
         return out

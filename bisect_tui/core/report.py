@@ -18,6 +18,7 @@ VERDICT_TEXT = {
     "fail": "FAIL: the fused engine breaks tolerance",
     "nondeterministic": "STOP: the baseline is not deterministic",
     "nan_inf": "STOP: the baseline already holds NaN/Inf",
+    "export_mismatch": "STOP: the ONNX export does not compute what the PyTorch model computes",
 }
 
 
@@ -125,6 +126,7 @@ def check_text(s: dict) -> str:
            "recomputed" if s["baseline"].get("recomputed") else ""),
         determinism_line(s["determinism"]),
         *range_lines(s["range_check"]),
+        *framework_lines(s.get("framework")),
     ]
     if s.get("config"):
         c = s["config"]
@@ -158,9 +160,17 @@ def check_text(s: dict) -> str:
                              f"out of tolerance, first: {term(first)}" + (f" (made by fused {maker})" if maker else ""))
             else:
                 lines.append(f"tensors inside the fused graph: all {sh['tensors_compared']} within tolerance")
+        lines += arbiter_lines(s.get("arbiter"))
     lines.append(VERDICT_TEXT[s["verdict"]] + f" (exit {s['exit_code']})")
-    if s["verdict"] == "fail":
+    if s["verdict"] == "fail" and arbiter_all_too_tight(s):
+        lines.append("next: every failing output is as close to the float64 truth as the FP32 baseline: loosen the "
+                     "tolerance to FP32's own error (see the arbiter) instead of bisecting rounding noise")
+    elif s["verdict"] == "fail":
         lines.append("next: run `bisect-tui bisect` with the same options to name the fused op at fault")
+    elif s["verdict"] == "export_mismatch":
+        lines.append("next: " + export_next_step(s["framework"]))
+    elif s["verdict"] == "nondeterministic" and s.get("framework") and not s["framework"]["golden"]["deterministic"]:
+        lines.append("next: make PyTorch's forward deterministic (see the pitfalls above); no engine was judged")
     elif s["verdict"] == "nondeterministic":
         lines.append("next: " + term(s["determinism"].get("advice") or "make the baseline deterministic"))
     elif s["verdict"] == "nan_inf" and s["range_check"].get("nan_inf_origin"):
@@ -245,6 +255,7 @@ def check_markdown(s: dict) -> str:
         f"- {_t(determinism_line(s['determinism']))}",
         *[f"- {_t(line)}" for line in range_lines(s["range_check"])],
         "",
+        *framework_markdown(s.get("framework")),
     ]
     if s.get("config"):
         c = s["config"]
@@ -262,6 +273,7 @@ def check_markdown(s: dict) -> str:
             ),
             "",
         ]
+        parts += arbiter_markdown(s.get("arbiter"))
         for name, path in (s.get("plots") or {}).items():
             parts += [_image(f"{name}: baseline vs fused values and error", path), ""]
         if s["fused_nodes"]:
@@ -502,3 +514,158 @@ def _iso_abs(iso: dict) -> str:
         return "build fails"
     first = next(iter(iso["outputs"].values()), None)
     return fmt(first["fused_vs_unfused"]["max_abs"]) if first else "-"
+
+
+# --- PyTorch front end and float64 arbiter ------------------------------------------------
+
+
+def _size(n: int) -> str:
+    return f"{n / 1024:.1f} KB" if n < (1 << 20) else _mb(n)
+
+
+def _coverage_text(cov: dict) -> str:
+    text = (f"{cov['mapped_modules']} of {cov['modules']} modules mapped to ONNX tensors "
+            f"({cov['by_metadata']} outputs by export metadata, {cov['by_value']} by value); "
+            f"{cov['unmapped']} output(s) unmapped")
+    return text
+
+
+def framework_lines(fw: dict | None) -> list[str]:
+    """Terminal lines for the torch front end; model names pass through term()."""
+    if not fw:
+        return []
+    ex = fw["export"]
+    out = [f"pytorch: {term(fw['spec'])} exported with the {ex['exporter']} exporter "
+           f"(torch {ex['torch_version']}, opset {ex['opset']}; traced with {ex['traced_with']})"]
+    if ex.get("fallback_reason"):
+        out.append(f"  dynamo exporter not used: {term(ex['fallback_reason'])}")
+    g = fw["golden"]
+    out.append(f"golden data: {g['tensors']} module outputs (PyTorch FP32, eval mode, forward hooks), "
+               f"{_size(g['bytes'])}, " + ("bit-identical over two runs" if g["deterministic"] else
+                                          f"{len(g['differing'])} differ between two runs"))
+    cc = fw["crosscheck"]
+    cov = cc["coverage"]
+    out.append("export cross-check: " + _coverage_text(cov))
+    for key, r in cov["unmapped_reasons"].items():
+        mods = ", ".join(term(m) for m in r["modules"][:6]) + (" ..." if len(r["modules"]) > 6 else "")
+        out.append(f"  unmapped ({len(r['modules'])}): {mods}: {r['why']}")
+    if cc["passed"]:
+        out.append(f"  every mapped output matches PyTorch within {tolerance_text({'default': cc['tolerance']})}")
+    else:
+        f = cc["first_failing"]
+        out.append(f"  [FAIL] {cc['failing']} mapped output(s) differ from PyTorch; first: module "
+                   f"{term(f['module'])} ({term(f['type'])}) vs ONNX tensor {term(f['onnx_tensor'])}: "
+                   f"max_abs {fmt(f['max_abs'])}, cosine {cos_text(f['cosine'])}")
+    for p in fw["pitfalls"]:
+        mark = {"found": "FOUND", "clear": "ok", "not_checked": "n/a"}[p["state"]]
+        out.append(f"  pitfall [{mark}] {p['title']}: {term(p['detail'])}")
+        if p["state"] == "found":
+            out.append(f"      why: {p['why']}")
+            out.append(f"      do: {p['what_to_do']}")
+    return out
+
+
+def arbiter_all_too_tight(s: dict) -> bool:
+    """True when the arbiter ran and every output the tolerance fails is not worse than FP32."""
+    arb = s.get("arbiter") or {}
+    failing = s.get("failing_outputs") or []
+    outs = arb.get("outputs") or {}
+    return bool(arb.get("available") and failing and all(n in outs and outs[n]["too_tight"] for n in failing))
+
+
+def export_next_step(fw: dict) -> str:
+    f = (fw.get("crosscheck") or {}).get("first_failing")
+    if not f:
+        return "make PyTorch's forward deterministic; no engine was judged"
+    return (f"fix the export before judging any engine: module {term(f['module'])} is the first whose ONNX "
+            f"tensor {term(f['onnx_tensor'])} differs from PyTorch (see the pitfalls above)")
+
+
+def arbiter_lines(arb: dict | None) -> list[str]:
+    if not arb:
+        return []
+    if not arb.get("available"):
+        return [f"float64 arbiter: not run ({term(arb.get('reason'))})"]
+    out = [f"float64 arbiter ({arb['truth_source']}): fused is 'not worse than FP32' when its RMSE vs float64 "
+           f"is within {arb['factor']:g}x the FP32 baseline's"]
+    if arb.get("note"):
+        out.append(f"  ({term(arb['note'])})")
+    for name, o in arb["outputs"].items():
+        mark = "not worse" if o["not_worse"] else "WORSE"
+        line = (f"  [{mark}] {term(name)}: vs float64 RMSE baseline {fmt(o['baseline']['rmse'])}, fused "
+                f"{fmt(o['fused']['rmse'])} ({fmt(o['ratio'])}x); max_abs baseline {fmt(o['baseline']['max_abs'])}, "
+                f"fused {fmt(o['fused']['max_abs'])}")
+        if o.get("framework"):
+            line += f"; PyTorch FP32 RMSE {fmt(o['framework']['rmse'])}"
+        out.append(line)
+        if not o["not_worse"] and o["tolerance_passed"] and arb.get("precision") not in ("fp16", "bf16"):
+            out.append("         more error than FP32 itself, yet within the tolerance: it matters only if "
+                       "your tolerance should be as tight as FP32's own error")
+        if not o["not_worse"] and arb.get("precision") in ("fp16", "bf16"):
+            out.append(f"         expected for a {arb['precision']} engine: its own rounding is far above FP32's; "
+                       "the tolerance, not this ratio, says whether it is good enough")
+        if o["too_tight"]:
+            out.append("         the tolerance fails this output, yet the fused engine is as close to the truth as "
+                       "FP32 itself: the tolerance is tighter than FP32's own error; loosen it")
+    return out
+
+
+def framework_markdown(fw: dict | None) -> list[str]:
+    if not fw:
+        return []
+    ex = fw["export"]
+    cc = fw["crosscheck"]
+    cov = cc["coverage"]
+    g = fw["golden"]
+    parts = [
+        "## PyTorch model and its export",
+        f"- model: {md_code(fw['spec'])}, exported with the **{ex['exporter']}** exporter "
+        f"(torch {md(ex['torch_version'])}, opset {ex['opset']}, traced with {md(ex['traced_with'])})",
+    ]
+    if ex.get("fallback_reason"):
+        parts.append(f"- dynamo exporter not used: {md(ex['fallback_reason'])}")
+    parts += [
+        f"- golden data: {g['tensors']} module outputs from forward hooks (FP32, eval mode), {_size(g['bytes'])}, "
+        + ("bit-identical over two runs" if g["deterministic"] else f"{len(g['differing'])} differ between two runs"),
+        f"- export cross-check: {md(_coverage_text(cov))}; "
+        + ("**every mapped output matches PyTorch**" if cc["passed"] else
+           f"**{cc['failing']} mapped output(s) differ from PyTorch**"),
+        "",
+    ]
+    if cov["unmapped_reasons"]:
+        parts += [_md_table(["unmapped", "modules", "why"],
+                            [[len(r["modules"]), ", ".join(md_code(m) for m in r["modules"][:8])
+                              + (" ..." if len(r["modules"]) > 8 else ""), md(r["why"])]
+                             for r in cov["unmapped_reasons"].values()]), ""]
+    bad = [m for m in cc["matches"] if m["passed"] is False][:20]
+    if bad:
+        parts += [_md_table(["golden file", "module", "type", "ONNX tensor", "max abs", "cosine"],
+                            [[md_code(m["name"]), md_code(m["module"]), md(m["type"]), md_code(m["onnx_tensor"]),
+                              fmt(m["max_abs"]), cos_text(m["cosine"])] for m in bad]), ""]
+    parts += ["### Golden-data pitfalls",
+              _md_table(["pitfall", "state", "what was seen", "what to do"],
+                        [[md(p["title"]), p["state"].replace("_", " "), md(p["detail"]),
+                          md(p["what_to_do"]) if p["state"] == "found" else "-"] for p in fw["pitfalls"]]), ""]
+    return parts
+
+
+def arbiter_markdown(arb: dict | None) -> list[str]:
+    if not arb:
+        return []
+    if not arb.get("available"):
+        return [f"Float64 arbiter: not run ({md(arb.get('reason'))}).", ""]
+    rows = []
+    for name, o in arb["outputs"].items():
+        rows.append([md_code(name), "not worse than FP32" if o["not_worse"] else "**worse than FP32**",
+                     fmt(o["baseline"]["rmse"]), fmt(o["fused"]["rmse"]), f"{fmt(o['ratio'])}x",
+                     fmt(o["framework"]["rmse"]) if o.get("framework") else "-",
+                     "FAIL (too tight)" if o["too_tight"] else ("PASS" if o["tolerance_passed"] else "FAIL")])
+    return [
+        "### Float64 arbiter",
+        f"Truth: {md(arb['truth_source'])}. The fused result is *not worse than FP32* when its RMSE against the "
+        f"truth is within {arb['factor']:g}x the FP32 baseline's (PyTorch minifier and msprobe use the same rule).",
+        "",
+        _md_table(["output", "arbiter", "baseline RMSE vs float64", "fused RMSE vs float64", "ratio",
+                   "PyTorch FP32 RMSE", "tolerance"], rows),
+        "",
+    ]

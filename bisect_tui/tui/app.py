@@ -332,7 +332,9 @@ class BisectApp(App[int]):
                 payload = {"range_check": rc}
                 state = "passed" if rc["ok"] else "failed"
             elif step == "fused":
+                t.run_framework()  # PyTorch models only: golden data and the export cross-check
                 f = t.run_fused()
+                t.run_arbiter()
                 payload = {"fused": f, "summary": t.summary()}
                 state = "passed" if f["passed"] else "failed"
             else:  # pragma: no cover - plans only hold engine steps

@@ -54,7 +54,7 @@ def run_bisect_command(args, opts) -> int:
     triage = Triage(opts, progress)
     try:
         summary = triage.run_all()
-        if summary["verdict"] in ("nondeterministic", "nan_inf"):
+        if summary["verdict"] in ("nondeterministic", "nan_inf", "export_mismatch"):
             progress.close()
             print(term(check_text(summary), keep_newlines=True))
             return summary["exit_code"]

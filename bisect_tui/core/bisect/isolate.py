@@ -15,7 +15,7 @@ from typing import Optional
 
 import numpy as np
 import onnx
-from onnx import TensorProto, helper, numpy_helper
+from onnx import helper
 
 from bisect_tui.core import atomic
 from bisect_tui.core.baseline import load_tensor, manifest_index
@@ -23,6 +23,7 @@ from bisect_tui.core.bisect.units import Unit
 from bisect_tui.core.errors import EnvironmentFault, UserError
 from bisect_tui.core.graph import node_inputs
 from bisect_tui.core.metrics import compare
+from bisect_tui.core.reference import to_float64
 from bisect_tui.core.runner import make_session
 from bisect_tui.core.tolerance import judge_arrays
 
@@ -60,30 +61,6 @@ def extract_subgraph(model: onnx.ModelProto, node_names: list[str], outputs: lis
     sub = helper.make_model(graph, opset_imports=list(model.opset_import))
     sub.ir_version = model.ir_version
     return sub, inputs
-
-
-def to_float64(model: onnx.ModelProto) -> onnx.ModelProto:
-    """A float64 copy: float initializers, I/O, Casts and Constants widened."""
-    m = onnx.ModelProto()
-    m.CopyFrom(model)
-    g = m.graph
-    f32 = {TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.BFLOAT16}
-    for i, t in enumerate(list(g.initializer)):
-        if t.data_type in f32:
-            arr = numpy_helper.to_array(t).astype(np.float64)
-            g.initializer[i].CopyFrom(numpy_helper.from_array(arr, t.name))
-    for vi in list(g.input) + list(g.output):
-        if vi.type.tensor_type.elem_type in f32:
-            vi.type.tensor_type.elem_type = TensorProto.DOUBLE
-    del g.value_info[:]
-    for n in g.node:
-        for a in n.attribute:
-            if n.op_type == "Cast" and a.name == "to" and a.i in f32:
-                a.i = TensorProto.DOUBLE
-            if a.type == onnx.AttributeProto.TENSOR and a.t.data_type in f32:
-                arr = numpy_helper.to_array(a.t).astype(np.float64)
-                a.t.CopyFrom(numpy_helper.from_array(arr, a.t.name))
-    return m
 
 
 def float64_truth(sub: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> tuple[Optional[dict], str]:

@@ -136,6 +136,12 @@ class PickerScreen(Screen):
         if not text:
             self.fail("type a path to a .onnx model or a session directory")
             return
+        from bisect_tui.frontends.torch import looks_like_spec
+
+        if looks_like_spec(text):  # a PyTorch factory, as --torch takes it
+            self.query_one(StatusLine).show(f"importing {text}...")
+            self._check(Path(text), "torch")
+            return
         self.open_path(Path(os.path.expanduser(text)), None)
 
     def fail(self, text: str) -> None:
@@ -163,7 +169,15 @@ class PickerScreen(Screen):
         from bisect_tui.core.errors import UserError
 
         try:
-            if kind == "session":
+            if kind == "torch":
+                from bisect_tui.core.pipeline import TriageOptions
+                from bisect_tui.frontends.torch import TorchSpec
+                from bisect_tui.frontends.torch.factory import import_factory
+
+                spec = TorchSpec.parse(str(path))
+                import_factory(spec)  # a bad module or name fails here, before the checklist opens
+                self.app.post_message(Picked(TriageOptions(model=None, torch=spec.to_dict()), False))
+            elif kind == "session":
                 from bisect_tui.core.resume import options_from_session
 
                 opts = options_from_session(path)
