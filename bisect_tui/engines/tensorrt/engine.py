@@ -228,7 +228,8 @@ class TrtBuilt:
         self.config = config
         self.source_path = source_path
         self.output_names = output_names
-        self.optimized_model_path: Optional[Path] = None  # TensorRT has no ONNX view of its plan
+        # TensorRT has no ONNX view of its plan: this becomes the inspector JSON file once built
+        self.optimized_model_path: Optional[Path] = None
         self.unmarkable = unmarkable
         self.marking_error = ""
         self.inspector_json: Optional[str] = None
@@ -240,6 +241,7 @@ class TrtBuilt:
         self._fused: Optional[list[FusedNode]] = None
         self._index = None
         self._dynamic_without_shapes = False  # set by the engine: build waits for the first feeds
+        self._map_dir: Optional[Path] = None  # where the inspector JSON is written (set by the engine)
         self._tmpdir = tmpdir
         if tmpdir is not None:
             self._finalizer = weakref.finalize(self, tmpdir.cleanup)
@@ -252,6 +254,13 @@ class TrtBuilt:
         engine, info = self._make(shapes)
         self._engine = engine
         self.inspector_json = info["inspector"]
+        if self.inspector_json and self._map_dir is not None:
+            # the file that shows the optimized program: TensorRT's own layer list
+            from bisect_tui.core import atomic
+
+            path = Path(self._map_dir) / "trt_engine_layers.json"
+            atomic.write_text(path, self.inspector_json)
+            self.optimized_model_path = path
         self.marking_error = info["marking_error"]
         self.precision_plan = info["plan"]
         self.cache_hit = info["cache_hit"]
@@ -628,6 +637,7 @@ class TensorRTEngine:
                             "dropped_marks": dropped}
 
         built = TrtBuilt(config, model_path, graph_outputs + marked, unmarkable, make, tmpdir)
+        built._map_dir = workdir
         built._dynamic_without_shapes = dynamic and not ranges and not all(
             s.name in known_shapes for s in info.inputs if not s.is_static)
         return built
