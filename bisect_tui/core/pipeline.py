@@ -414,7 +414,6 @@ class Triage:
     def run_arbiter(self) -> dict:
         """Baseline and fused outputs against a float64 run of the whole model."""
         from bisect_tui.core.arbiter import arbitrate, unavailable
-        from bisect_tui.core.baseline import load_tensor
 
         if self.fused is None:
             self.run_fused()
@@ -439,7 +438,12 @@ class Triage:
             self.run_fused()
             fused = self._load_fused_outputs()
         outputs = list(self.info.outputs)
-        baseline = {n: np.asarray(load_tensor(self.session, self.baseline.manifest, n)) for n in outputs}
+        # reference_output also covers outputs the baseline holds no dump of (a graph input passed
+        # through, a constant)
+        from bisect_tui.core.baseline import reference_output
+
+        baseline = {n: np.asarray(reference_output(self.info, self.session, self.baseline.manifest, self.inputs, n))
+                    for n in outputs}
         framework = None
         note = None
         try:

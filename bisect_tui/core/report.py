@@ -634,13 +634,13 @@ def framework_markdown(fw: dict | None) -> list[str]:
     ]
     if cov["unmapped_reasons"]:
         parts += [_md_table(["unmapped", "modules", "why"],
-                            [[len(r["modules"]), ", ".join(md_code(m) for m in r["modules"][:8])
+                            [[len(r["modules"]), ", ".join(_c(m) for m in r["modules"][:8])
                               + (" ..." if len(r["modules"]) > 8 else ""), md(r["why"])]
                              for r in cov["unmapped_reasons"].values()]), ""]
     bad = [m for m in cc["matches"] if m["passed"] is False][:20]
     if bad:
         parts += [_md_table(["golden file", "module", "type", "ONNX tensor", "max abs", "cosine"],
-                            [[md_code(m["name"]), md_code(m["module"]), md(m["type"]), md_code(m["onnx_tensor"]),
+                            [[_c(m["name"]), _c(m["module"]), md(m["type"]), _c(m["onnx_tensor"]),
                               fmt(m["max_abs"]), cos_text(m["cosine"])] for m in bad]), ""]
     parts += ["### Golden-data pitfalls",
               _md_table(["pitfall", "state", "what was seen", "what to do"],
@@ -656,7 +656,7 @@ def arbiter_markdown(arb: dict | None) -> list[str]:
         return [f"Float64 arbiter: not run ({md(arb.get('reason'))}).", ""]
     rows = []
     for name, o in arb["outputs"].items():
-        rows.append([md_code(name), "not worse than FP32" if o["not_worse"] else "**worse than FP32**",
+        rows.append([_c(name), "not worse than FP32" if o["not_worse"] else "**worse than FP32**",
                      fmt(o["baseline"]["rmse"]), fmt(o["fused"]["rmse"]), f"{fmt(o['ratio'])}x",
                      fmt(o["framework"]["rmse"]) if o.get("framework") else "-",
                      "FAIL (too tight)" if o["too_tight"] else ("PASS" if o["tolerance_passed"] else "FAIL")])
