@@ -51,20 +51,25 @@ def _add_model_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--exporter", default="auto", choices=["auto", "dynamo", "torchscript"],
                    help="ONNX exporter for --torch (default auto: dynamo, else TorchScript)")
     g = p.add_argument_group("session and inputs")
-    g.add_argument("--session", type=Path, help="session directory (default: ./bisect-sessions/<model>-<hash>)")
+    g.add_argument("--session", type=Path,
+                   help="session directory (default: ./bisect-sessions/<model>-<hash>[-<inputs hash>]: "
+                        "each input choice gets its own; list and prune them with `bisect-tui sessions`)")
     g.add_argument("--shape", action="append", default=[], metavar="NAME=DIMS",
-                   help="concrete shape for an input (x=1x3x224x224) or a named dim (batch=1)")
+                   help="concrete shape for an input (x=1x3x224x224) or a named dim (batch=1); "
+                        "without it a model with dynamic dims stops with a suggestion that ran")
     g.add_argument("--seed", type=int, default=0, help="seed for generated inputs (default 0)")
     g.add_argument("--samples", type=int, default=1, help="number of input samples (default 1)")
     g.add_argument("--input", type=Path, help=".npy/.npz with the exact inputs (leading samples axis optional)")
     g.add_argument("--input-range", action="append", default=[], metavar="NAME=MIN:MAX",
                    help="value range for a generated input (ids=0:30000)")
+    g.add_argument("--input-value", action="append", default=[], metavar="NAME=VALUE",
+                   help="fill an input with one fixed value: a sample rate (sr=16000), a flag (use_cache=false)")
     g.add_argument("--max-memory", metavar="SIZE", help="memory budget for dumping tensors (e.g. 2G; default: 1/4 of free RAM)")
     g.add_argument("--no-determinism", action="store_true", help="skip the run-twice determinism check")
     g.add_argument("--range", action="append", default=[], metavar="TENSOR=MIN:MAX",
                    help="expected value range of tensors (glob allowed) for the range check")
     e = p.add_argument_group("fused engine")
-    e.add_argument("--engine", default="ort", help="engine (default: ort = ONNX Runtime CPU)")
+    e.add_argument("--engine", default="ort", metavar="NAME", help="engine (default: ort = ONNX Runtime CPU)")
     e.add_argument("--level", default="all", choices=["disable", "basic", "extended", "all"],
                    help="graph optimization level of the fused engine (default all)")
     e.add_argument("--precision", default="fp32", choices=["fp32", "fp16"], help="engine precision (default fp32)")
@@ -90,12 +95,16 @@ def add_tolerance_options(p: argparse.ArgumentParser, default_preset: str) -> ar
     """The tolerance flags `check`, `bisect` and `compare` share (same names, same presets)."""
     t = p.add_argument_group("tolerance")
     t.add_argument("--preset", help=f"tolerance preset: fp32, fp16, bf16, int8, article, ... (default: {default_preset})")
-    t.add_argument("--atol", type=float)
-    t.add_argument("--rtol", type=float)
-    t.add_argument("--min-cosine", type=float)
+    t.add_argument("--atol", type=float, metavar="X",
+                   help="absolute tolerance: |test - reference| <= atol + rtol*|reference| per element "
+                        "(overrides the preset's)")
+    t.add_argument("--rtol", type=float, metavar="X",
+                   help="relative tolerance in that per-element test (overrides the preset's)")
+    t.add_argument("--min-cosine", type=float, metavar="X",
+                   help="smallest cosine similarity an output may have, e.g. 0.9999 (overrides the preset's)")
     t.add_argument("--tol", action="append", default=[], metavar="OUTPUT:CRIT=V,...",
                    help="per-output tolerance, e.g. logits:atol=1e-3,min_cosine=0.999")
-    t.add_argument("--topk", type=int, help="also compare top-k agreement along the last axis")
+    t.add_argument("--topk", type=int, metavar="K", help="also compare top-k agreement along the last axis")
     return t
 
 
@@ -122,9 +131,21 @@ def build_parser() -> argparse.ArgumentParser:
     tu = sub.add_parser("tui", help="open the app on a model")
     _add_model_options(tu)
     r = sub.add_parser("resume", help="reopen a session directory in the app where it stopped")
-    r.add_argument("session", type=Path)
+    r.add_argument("session", type=Path, help="the session directory (see `bisect-tui sessions`)")
     r.add_argument("--headless", action="store_true", help="resume the bisection without the app")
     r.add_argument("-q", "--quiet", action="store_true", help="no progress output (with --headless)")
+    se = sub.add_parser("sessions", help="list the session directories with their size; prune old ones")
+    se.add_argument("action", nargs="?", default="list", choices=["list", "prune"],
+                    help="list (default) or prune")
+    se.add_argument("--dir", type=Path, default=Path("bisect-sessions"), metavar="DIR",
+                    help="where the sessions are (default ./bisect-sessions; the app's recent ones are added)")
+    se.add_argument("--unfinished", action="store_true",
+                    help="prune: sessions where no check or bisection finished (failed attempts)")
+    se.add_argument("--older-than", type=float, metavar="DAYS", help="prune: sessions created more than DAYS ago")
+    se.add_argument("--all", action="store_true", help="prune: every session found")
+    se.add_argument("--dry-run", action="store_true", help="prune: only show what would be removed")
+    se.add_argument("--include-recent", action="store_true",
+                    help="prune: also the app's recent sessions outside --dir (list always shows them)")
     compare_cli.add_parser(sub)
     return p
 
@@ -194,7 +215,7 @@ def _check_numbers(args: argparse.Namespace) -> None:
 def options_from_args(args: argparse.Namespace):
     """Turn parsed arguments into TriageOptions, validating every value up front."""
     from bisect_tui.core.checks import parse_ranges
-    from bisect_tui.core.inputs import parse_shapes, parse_value_ranges
+    from bisect_tui.core.inputs import parse_input_values, parse_shapes, parse_value_ranges
     from bisect_tui.core.pipeline import TriageOptions
     from bisect_tui.core.runner import parse_memory
     from bisect_tui.core.tolerance import parse_tolerance
@@ -245,6 +266,7 @@ def options_from_args(args: argparse.Namespace):
         samples=args.samples,
         input_file=args.input,
         input_ranges=parse_value_ranges(args.input_range),
+        input_values=parse_input_values(args.input_value),
         max_memory=parse_memory(args.max_memory) if args.max_memory else 0,
         engine=args.engine,
         config=config,
@@ -261,7 +283,7 @@ def options_from_args(args: argparse.Namespace):
 def cmd_check(args: argparse.Namespace) -> int:
     from bisect_tui.core import atomic
     from bisect_tui.core.pipeline import Triage
-    from bisect_tui.core.report import check_markdown, check_text
+    from bisect_tui.core.report import check_text
     from bisect_tui.progress_text import TextProgress
 
     opts = options_from_args(args)
@@ -272,15 +294,13 @@ def cmd_check(args: argparse.Namespace) -> int:
     finally:
         progress.close()
     print(term(check_text(summary), keep_newlines=True))
-    triage.session.write_json("report.json", summary)
-    if args.json:
-        atomic.write_json(args.json, summary)
-    if args.report:
-        from bisect_tui.core.plots import plot_links, write_plots
+    from bisect_tui.core.bisect.command import export_session, public_json, write_report_copy
 
-        plots = write_plots(triage.session.path("plots"), summary["outputs"])
-        summary["plots"] = plot_links(plots, args.report)
-        atomic.write_text(args.report, check_markdown(summary))
+    full, _, _ = export_session(triage, summary, None, with_plots=bool(args.report))
+    if args.json:
+        atomic.write_json(args.json, public_json(full))
+    if args.report:
+        write_report_copy(full, args.report)
     return summary["exit_code"]
 
 
@@ -305,8 +325,50 @@ def cmd_tui(args: Optional[argparse.Namespace]) -> int:
 
         import_factory(TorchSpec.from_dict(opts.torch))  # a bad module or factory: one line, no screen
     app = make_app(options=opts)
+    if args is not None:  # `tui --json/--report`: written by every export and on quit
+        app.output_json = getattr(args, "json", None)
+        app.output_report = getattr(args, "report", None)
     app.run()
     return int(app.return_code or 0)
+
+
+def cmd_sessions(args: argparse.Namespace) -> int:
+    from bisect_tui.core import sessions_admin as sa
+    from bisect_tui.core.escape import term
+
+    # prune acts under --dir only, unless asked: sessions elsewhere are someone's on purpose
+    entries = sa.find_sessions(args.dir, include_recent=args.action == "list" or args.include_recent)
+    if args.action == "list":
+        if not entries:
+            print(f"no sessions under {term(args.dir)} (nor in the app's recent list)")
+            return 0
+        for e in entries:
+            print(f"{sa.human_size(e.bytes):>9}  {term(_shown(e.path))}  {term(e.model)}  [{term(e.inputs)}]  "
+                  f"{e.last_step}  {e.created[:10]}")
+        print(f"{len(entries)} session(s), {sa.human_size(sum(e.bytes for e in entries))} in all; "
+              "`bisect-tui sessions prune --unfinished` removes failed attempts")
+        return 0
+    chosen = sa.select(entries, args.older_than, args.unfinished, args.all)
+    freed = 0
+    for e in chosen:
+        if args.dry_run:
+            print(f"would remove {term(_shown(e.path))} ({sa.human_size(e.bytes)}, {e.last_step})")
+        else:
+            freed += sa.remove(e)
+            print(f"removed {term(_shown(e.path))} ({sa.human_size(e.bytes)}, {e.last_step})")
+    kept = len(entries) - len(chosen)
+    what = "would free" if args.dry_run else "freed"
+    total = sum(e.bytes for e in chosen) if args.dry_run else freed
+    print(f"{len(chosen)} session(s) {'selected' if args.dry_run else 'removed'}, {what} {sa.human_size(total)}; "
+          f"{kept} kept")
+    return 0
+
+
+def _shown(p: Path) -> str:
+    try:
+        return str(Path(p).resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(p)
 
 
 def cmd_resume(args: argparse.Namespace) -> int:
@@ -399,7 +461,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     handlers = {"check": cmd_check, "bisect": cmd_bisect, "tui": cmd_tui, "resume": cmd_resume,
-                "compare": compare_cli.run}
+                "sessions": cmd_sessions, "compare": compare_cli.run}
     from bisect_tui.core import safepath, session as _session
 
     _install_signals()

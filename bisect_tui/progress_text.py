@@ -31,6 +31,12 @@ class TextProgress:
         now = time.monotonic()
         # messages carry model-supplied names: never send their control characters
         p = Progress(term(p.stage), term(p.message), p.done, p.total, p.data)
+        warning = (p.data or {}).get("warning")
+        if warning:  # a warning is a line of its own, never overwritten by the bar
+            self.close()
+            self.stream.write(f"bisect-tui: warning: {term(warning)}\n")
+            self.stream.flush()
+            return
         if self.tty:
             if p.total:
                 frac = min(max(p.done / p.total, 0.0), 1.0)

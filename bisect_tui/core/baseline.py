@@ -170,6 +170,15 @@ def activation_budget(max_memory: int, weight_bytes: int, sizes: dict) -> int:
     return max(max_memory - floor - RUN_ALLOWANCE - 2 * weight_bytes - 2 * largest, 1)
 
 
+def process_floor() -> int:
+    try:
+        import psutil
+
+        return psutil.Process().memory_info().rss
+    except Exception:
+        return 0
+
+
 @dataclass
 class BaselineResult:
     manifest: dict
@@ -296,6 +305,15 @@ def run_baseline(
     sizes, types = model_sizes(info, shapes)
     act_budget = activation_budget(max_memory, info.initializer_bytes, sizes)
     groups = plan_groups(todo, sizes, act_budget)
+    from bisect_tui.core.runner import memory_budget_warning
+
+    floor = process_floor()
+    largest = max((v for v in sizes.values() if v), default=0)
+    memory_warning = memory_budget_warning(
+        max_memory, floor, floor + RUN_ALLOWANCE + 2 * info.initializer_bytes + 2 * largest, largest
+    ) if todo else ""
+    if memory_warning:
+        progress(Progress("baseline", "warning: " + memory_warning, 0, None, {"warning": memory_warning}))
     written = {"bytes": sum(e["bytes"] for e in done.values())}
 
     def entry(t: str, meta: dict) -> dict:
@@ -351,6 +369,7 @@ def run_baseline(
             "provider": "CPUExecutionProvider",
             "max_memory_bytes": max_memory,
             "groups": len(groups),
+            **({"memory_warning": memory_warning} if memory_warning else {}),
         },
         "graph_inputs": inputs.describe(),
         "graph_outputs": list(info.outputs),

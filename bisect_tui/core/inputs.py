@@ -11,7 +11,7 @@ import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Optional, Sequence, Union
 
 import numpy as np
 
@@ -51,10 +51,45 @@ def parse_value_ranges(items: Sequence[str]) -> dict[str, tuple[float, float]]:
     return out
 
 
-def resolve_shapes(info: ModelInfo, shapes: dict[str, list[int]]) -> dict[str, list[int]]:
-    """Concrete shape of every input; a dynamic dim without a value is an error naming it."""
+InputValue = Union[int, float, bool]
+
+
+def parse_input_values(items: Sequence[str]) -> dict[str, InputValue]:
+    """`--input-value sr=16000` (or `flag=true`) -> {name: value}: the whole input
+    is filled with that one value (a sample rate, a flag, a fixed length)."""
+    out: dict[str, InputValue] = {}
+    for item in items or ():
+        name, sep, text = item.partition("=")
+        name, text = name.strip(), text.strip()
+        if not sep or not name or not text:
+            raise UserError(f"bad --input-value {item!r}: expected NAME=VALUE, e.g. sr=16000")
+        low = text.lower()
+        if low in ("true", "false"):
+            out[name] = low == "true"
+            continue
+        try:
+            out[name] = int(text)
+        except ValueError:
+            try:
+                out[name] = float(text)
+            except ValueError:
+                raise UserError(f"bad --input-value {item!r}: {text!r} is not a number or true/false") from None
+    return out
+
+
+def value_text(v: InputValue) -> str:
+    """A fixed value as the user writes it on the command line."""
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    return f"{v:g}" if isinstance(v, float) else str(v)
+
+
+def resolve_shapes(info: ModelInfo, shapes: dict[str, list[int]],
+                   values: Optional[dict[str, InputValue]] = None, probe: bool = True) -> dict[str, list[int]]:
+    """Concrete shape of every input. Dynamic dims without a value are one error
+    naming every one of them, with a suggestion that ran (see input_suggest)."""
     known = {s.name for s in info.inputs}
-    dim_names = {d for s in info.inputs for d in s.shape if isinstance(d, str)}
+    dim_names = {d for s in info.inputs for d in s.shape if usable_dim_name(d)}
     for key in shapes:
         if key not in known and key not in dim_names:
             raise UserError(
@@ -81,18 +116,24 @@ def resolve_shapes(info: ModelInfo, shapes: dict[str, list[int]]) -> dict[str, l
         for axis, d in enumerate(spec.shape):
             if isinstance(d, int):
                 dims.append(d)
-            elif isinstance(d, str) and d in shapes and len(shapes[d]) == 1:
+            elif isinstance(d, str) and usable_dim_name(d) and d in shapes and len(shapes[d]) == 1:
                 dims.append(shapes[d][0])
             else:
-                label = f"'{d}'" if isinstance(d, str) else "(unnamed)"
-                raise UserError(
-                    f"input '{spec.name}' has dynamic dim {label} on axis {axis} "
-                    f"(shape {spec.shape_text()}); give it with --shape "
-                    f"{spec.name}={'x'.join(str(x) if isinstance(x, int) else '1' for x in spec.shape)}"
-                    + (f" or --shape {d}=1" if isinstance(d, str) else "")
-                )
+                dims.append(None)
         out[spec.name] = dims
+    missing = [(n, axis) for n, dims in out.items() for axis, d in enumerate(dims) if d is None]
+    if missing:
+        from bisect_tui.core.input_suggest import dynamic_inputs_error
+
+        raise dynamic_inputs_error(info, shapes, values or {}, probe=probe)
     return out
+
+
+def usable_dim_name(name: object) -> bool:
+    """A dim name the user can give a value by (`--shape batch=1`). Exporters
+    write placeholders such as '?' or '-1' for every unknown dim alike; those
+    name nothing, so they count as unnamed."""
+    return isinstance(name, str) and bool(name.strip()) and name.strip() not in ("?", "-1", "None", "none")
 
 
 @dataclass
@@ -111,16 +152,29 @@ class InputSet:
         return {n: np.asarray(a[k], order="C") for n, a in self.arrays.items()}
 
     def describe(self) -> list[dict]:
-        return [
-            {
+        """Per input: shape, dtype, range and how it was made. Integer and bool
+        inputs also list their distinct values when there are few (a sample rate,
+        a mask): they decide what the model computes, so a report must show them."""
+        how = self.source.get("how") or {}
+        out = []
+        for n, a in self.arrays.items():
+            e = {
                 "name": n,
                 "shape": list(a.shape[1:]),
                 "dtype": a.dtype.name,
                 "min": float(a.min()) if a.size and a.dtype.kind in "fiub" else None,
                 "max": float(a.max()) if a.size and a.dtype.kind in "fiub" else None,
             }
-            for n, a in self.arrays.items()
-        ]
+            if n in how:
+                e["how"] = how[n]
+            elif self.source.get("kind") == "file":
+                e["how"] = "from the input file"
+            if a.dtype.kind in "iub" and a.size:
+                distinct = np.unique(a[: min(len(a), 4)].reshape(-1)[:100_000])
+                if len(distinct) <= 4:
+                    e["values"] = [bool(v) if a.dtype.kind == "b" else int(v) for v in distinct]
+            out.append(e)
+        return out
 
 
 def _gather_bound(info: ModelInfo, name: str) -> Optional[int]:
@@ -144,17 +198,28 @@ def generate_inputs(
     seed: int = 0,
     samples: int = 1,
     value_ranges: Optional[dict[str, tuple[float, float]]] = None,
+    values: Optional[dict[str, InputValue]] = None,
 ) -> InputSet:
     """Seeded random inputs with value ranges that make sense for each input kind.
 
-    Floats: standard normal. Index-like ints feeding a Gather: uniform below the
-    table size. Names containing "mask": ones. Other ints: 0..9. Bools: random."""
+    Fixed values (`--input-value`) fill the whole input. Floats: standard normal.
+    Index-like ints feeding a Gather: uniform below the table size. Names
+    containing "mask": ones. Other ints: 0..9 (said so in the report). Bools: random."""
     if samples < 1:
         raise UserError(f"--samples must be at least 1, got {samples}")
     value_ranges = value_ranges or {}
-    unknown = set(value_ranges) - {s.name for s in info.inputs}
+    values = values or {}
+    names = {s.name for s in info.inputs}
+    unknown = set(value_ranges) - names
     if unknown:
         raise UserError(f"--input-range names unknown input(s): {', '.join(sorted(unknown))}")
+    unknown = set(values) - names
+    if unknown:
+        raise UserError(f"--input-value names unknown input(s): {', '.join(sorted(unknown))}; "
+                        f"the model's inputs: {', '.join(s.name for s in info.inputs)}")
+    both = set(values) & set(value_ranges)
+    if both:
+        raise UserError(f"input {sorted(both)[0]!r} has both --input-value and --input-range: give one")
     rng = np.random.default_rng(seed)
     arrays: dict[str, np.ndarray] = {}
     how: dict[str, str] = {}
@@ -164,6 +229,10 @@ def generate_inputs(
         if dt is None:
             raise UserError(f"input '{spec.name}' has a type bisect-tui cannot generate ({spec.dtype})")
         lo_hi = value_ranges.get(spec.name)
+        if spec.name in values:
+            arrays[spec.name] = _filled(spec.name, dt, shape, values[spec.name])
+            how[spec.name] = f"fixed value {value_text(values[spec.name])} (--input-value)"
+            continue
         if dt.kind == "f":
             if lo_hi:
                 a = rng.uniform(lo_hi[0], lo_hi[1], size=shape)
@@ -181,7 +250,15 @@ def generate_inputs(
                 bound = _gather_bound(info, spec.name)
                 lo, hi = (0, bound) if bound else (0, 10)
             arrays[spec.name] = rng.integers(lo, hi, size=shape).astype(dt)
-            how[spec.name] = f"integers in [{lo}, {hi})"
+            if lo_hi:
+                why = " (--input-range)"
+            elif "mask" in spec.name.lower():
+                why = " (a mask: all ones)"
+            elif _gather_bound(info, spec.name):
+                why = " (indices below the size of the table they select from)"
+            else:
+                why = " (no hint in the model: give a real value with --input-value or --input-range)"
+            how[spec.name] = f"random integers in [{lo}, {hi}){why}"
         elif dt.kind == "b":
             if "mask" in spec.name.lower():
                 arrays[spec.name] = np.ones(shape, dtype=bool)
@@ -192,6 +269,21 @@ def generate_inputs(
         else:
             raise UserError(f"input '{spec.name}' has a type bisect-tui cannot generate ({spec.dtype})")
     return InputSet(arrays, {"kind": "seed", "seed": seed, "samples": samples, "how": how})
+
+
+def _filled(name: str, dt: np.dtype, shape: tuple, value: InputValue) -> np.ndarray:
+    if dt.kind in "iu":
+        if isinstance(value, bool) or float(value) != int(value):
+            raise UserError(f"--input-value {name}={value_text(value)}: the input is {dt.name}, give an integer")
+        info = np.iinfo(dt)
+        if not info.min <= int(value) <= info.max:
+            raise UserError(f"--input-value {name}={value_text(value)} does not fit {dt.name}")
+        return np.full(shape, int(value), dtype=dt)
+    if dt.kind == "b":
+        if value not in (0, 1, True, False):
+            raise UserError(f"--input-value {name}={value_text(value)}: the input is bool, give true or false")
+        return np.full(shape, bool(value), dtype=bool)
+    return np.full(shape, float(value), dtype=dt)
 
 
 def load_inputs(

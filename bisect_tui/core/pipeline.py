@@ -24,7 +24,9 @@ from bisect_tui.core.baseline import (
 )
 from bisect_tui.core.cancel import CancelToken, Progress, ProgressFn, no_progress
 from bisect_tui.core.checks import check_determinism, check_ranges
+from bisect_tui.core.commandline import command_line
 from bisect_tui.core.errors import EngineBuildError, ExitCode, UserError
+from bisect_tui.core.input_suggest import check_config_inputs
 from bisect_tui.core.inputs import (
     InputSet,
     generate_inputs,
@@ -32,7 +34,7 @@ from bisect_tui.core.inputs import (
     resolve_shapes,
 )
 from bisect_tui.core.model import ModelInfo, load_model_info, save_prepared
-from bisect_tui.core.runner import default_max_memory
+from bisect_tui.core.runner import default_max_memory, set_engine_log
 from bisect_tui.core.session import Session, default_session_dir, now_iso, stable_key
 from bisect_tui.core.tolerance import ToleranceSpec, parse_tolerance
 from bisect_tui.engines.base import EngineConfig
@@ -47,6 +49,7 @@ class TriageOptions:
     samples: int = 1
     input_file: Optional[Path] = None
     input_ranges: dict[str, tuple[float, float]] = field(default_factory=dict)
+    input_values: dict[str, Any] = field(default_factory=dict)  # --input-value: one value fills the input
     max_memory: int = 0  # 0 = derived from free RAM
     engine: str = "ort"
     config: EngineConfig = field(default_factory=EngineConfig)
@@ -65,8 +68,16 @@ class TriageOptions:
             return {"input_file": str(Path(self.input_file).resolve()),
                     "input_sha256": file_sha256(Path(self.input_file)),
                     "shapes": self.shapes}
-        return {"seed": self.seed, "samples": self.samples, "shapes": self.shapes,
-                "input_ranges": {k: list(v) for k, v in self.input_ranges.items()}}
+        out = {"seed": self.seed, "samples": self.samples, "shapes": self.shapes,
+               "input_ranges": {k: list(v) for k, v in self.input_ranges.items()}}
+        if self.input_values:  # only when given: sessions made before the option stay valid
+            out["input_values"] = dict(self.input_values)
+        return out
+
+    def inputs_are_default(self) -> bool:
+        """Generated with the defaults: the session directory keeps the model's plain name."""
+        return (not self.input_file and not self.shapes and self.seed == 0 and self.samples == 1
+                and not self.input_ranges and not self.input_values)
 
 
     def to_dict(self) -> dict:
@@ -79,6 +90,7 @@ class TriageOptions:
             "samples": self.samples,
             "input_file": str(self.input_file) if self.input_file else None,
             "input_ranges": {k: list(v) for k, v in self.input_ranges.items()},
+            "input_values": dict(self.input_values),
             "max_memory": self.max_memory,
             "engine": self.engine,
             "config": self.config.to_dict(),
@@ -101,6 +113,7 @@ class TriageOptions:
             samples=int(d.get("samples", 1)),
             input_file=Path(d["input_file"]) if d.get("input_file") else None,
             input_ranges={k: tuple(v) for k, v in (d.get("input_ranges") or {}).items()},
+            input_values=dict(d.get("input_values") or {}),
             max_memory=int(d.get("max_memory") or 0),
             engine=d.get("engine", "ort"),
             config=EngineConfig.from_dict(d.get("config") or {}),
@@ -170,10 +183,18 @@ class Triage:
         self.progress(Progress("inputs", "loading model"))
         info = load_model_info(self.opts.model)
         self.info = info
-        root = self.opts.session_dir or default_session_dir(info.path, info.sha256)
+        if self.opts.input_file:
+            root = self.opts.session_dir
+        else:
+            self.shapes = resolve_shapes(info, self.opts.shapes, self.opts.input_values)
+            check_config_inputs(info, self.opts.input_values, self.opts.input_ranges)
+            root = self.opts.session_dir
+        if root is None:  # a new shape or seed gets its own directory, never a lock message
+            key = None if self.opts.inputs_are_default() else stable_key(self.opts.input_options())
+            root = default_session_dir(info.path, info.sha256, inputs_key=key)
         session = Session(root)
         self.session = session
-        self.shapes = resolve_shapes(info, self.opts.shapes) if not self.opts.input_file else {}
+        set_engine_log(session.path("engine.log"))
         if self.opts.input_file:
             inputs = load_inputs(info, self.opts.input_file, self.opts.shapes)
             self.shapes = {n: list(a.shape[1:]) for n, a in inputs.arrays.items()}
@@ -181,7 +202,8 @@ class Triage:
             inputs = None
         # Validate everything before the first write, so bad input never touches
         # an existing session.
-        session.init(info.path, info.sha256, self.opts.input_options())
+        session.init(info.path, info.sha256, self.opts.input_options(),
+                     named=self.opts.session_dir is not None)
         safepath.use_session_temp(session.root)  # ORT's and our temp files stay in the session
         session.update_meta(options={**self.opts.to_dict(), "session_dir": str(session.root)})
         if not session.model_path.exists():
@@ -189,7 +211,8 @@ class Triage:
         if inputs is None:
             existing = self._load_saved_inputs()
             inputs = existing or generate_inputs(
-                info, self.shapes, self.opts.seed, self.opts.samples, self.opts.input_ranges
+                info, self.shapes, self.opts.seed, self.opts.samples, self.opts.input_ranges,
+                self.opts.input_values,
             )
         if not session.inputs_path.exists():
             atomic.save_npz(session.inputs_path, inputs.arrays)
@@ -292,7 +315,7 @@ class Triage:
             self.run_baseline()
         assert self.info and self.session and self.inputs and self.baseline
         config = config or self.opts.config
-        key = stable_key("fused/v3", self.baseline.manifest["key"], self.opts.engine, self.opts.compare_tensors,
+        key = stable_key("fused/v4", self.baseline.manifest["key"], self.opts.engine, self.opts.compare_tensors,
                          config.to_dict(), self.opts.tolerance.to_dict(), self.opts.topk)
         cached = self.session.read_json("check.json")
         if cached and cached.get("key") == key:
@@ -342,7 +365,7 @@ class Triage:
             from bisect_tui.core.bisect.probe import run_probe
 
             probe = run_probe(self, optimized, [])
-            shared = {k: probe[k] for k in ("tensors_compared", "first_failing_tensor", "worst_tensors")}
+            shared = {k: probe[k] for k in ("tensors_compared", "first_failing_tensor", "worst_tensors", "profile")}
             shared["failing"] = probe["failing_count"]
         from bisect_tui.core.checks import check_sensitivity
 
@@ -547,6 +570,7 @@ class Triage:
                          "reused": self.baseline.reused,
                          "recomputed": list(self.baseline.recomputed),
                          "groups": self.baseline.manifest["options"]["groups"],
+                         "memory_warning": self.baseline.manifest["options"].get("memory_warning"),
                          "dir": str(self.session.baseline_dir)},
             "determinism": self.determinism,
             "range_check": self.range_check,
@@ -559,6 +583,8 @@ class Triage:
             "sensitivity": self.fused.get("sensitivity") if self.fused else None,
             "engine_error": self.fused.get("error") if self.fused else None,
             "versions": {**versions(), **get_engine(self.opts.engine).versions()},
+            # the settings as the user types them (the report shows these, not a dict)
+            "command": {c: command_line(self.opts, c) for c in ("check", "bisect")},
             "framework": self.framework,
             "arbiter": self.arbiter,
         }

@@ -6,9 +6,12 @@ says what was found, why it matters and what to do next.
 
 from __future__ import annotations
 
+import math
+import os
 import re
 import shlex
-from typing import Any
+from pathlib import Path
+from typing import Any, Optional, Sequence
 from urllib.parse import quote
 
 from bisect_tui.core.escape import is_safe_relative_target, md, md_code, term
@@ -40,6 +43,58 @@ def fmt(x: Any, digits: int = 3) -> str:
             return f"{x:.{digits + 1}g}"
         return f"{x:.{digits - 1}e}"
     return str(x)
+
+
+def distinct(values: Sequence[Optional[float]], min_digits: int = 4, max_digits: int = 10) -> list[str]:
+    """The values with just enough significant digits that the ones that differ
+    also read differently ("2.694, 2.694, 2.694" hides the very difference shown)."""
+    nums = [v for v in values if isinstance(v, (int, float)) and v is not None and math.isfinite(v)]
+    digits = min_digits
+    while digits < max_digits:
+        shown = {}
+        clash = False
+        for v in nums:
+            t = f"{v:.{digits}g}"
+            if t in shown and shown[t] != v:
+                clash = True
+                break
+            shown[t] = v
+        if not clash:
+            break
+        digits += 1
+    return [fmt(v) if not (isinstance(v, (int, float)) and v is not None and math.isfinite(v))
+            else f"{v:.{digits}g}" for v in values]
+
+
+def sensitivity_text(sens: Optional[dict]) -> str:
+    """How much the FP32 outputs move under 1-ulp input noise, judged honestly:
+    0.95 of the tolerance is close to it, not "well below"."""
+    if not sens or "ratio" not in sens:
+        return ""
+    r = sens["ratio"]
+    head = f"sensitivity: a 1-ulp input change moves the FP32 outputs to x{fmt(r)} of the tolerance"
+    if sens.get("amplifies") or r > 1:
+        return head + ": the model amplifies rounding noise, every reordering kernel will look guilty"
+    if r >= 0.5:
+        return head + (": close to it; rounding noise alone nearly breaks the tolerance, so a culprit may "
+                       "be FP32 reordering the model amplifies (see each culprit's float64 evidence)")
+    if r >= 0.1:
+        return head + ": below it, not far; the check sees mostly fusion error, but a tighter tolerance would not"
+    return head + " (well below it: fusion error is what the check sees)"
+
+
+def shown_path(p: Any, base: Optional[Path] = None) -> str:
+    """A path for a report another person reads: relative to `base` (the report's
+    folder, or the working directory) when inside it, else only its last part."""
+    if not p:
+        return "-"
+    path = Path(p)
+    base = Path(base) if base else Path.cwd()
+    try:
+        rel = os.path.relpath(path.resolve(), base.resolve())
+    except ValueError:
+        return path.name
+    return path.name if rel.startswith("..") else rel.replace(os.sep, "/")
 
 
 def cos_text(c) -> str:
@@ -124,6 +179,7 @@ def check_text(s: dict) -> str:
         + (" (reused)" if s["baseline"]["reused"] else f" in {s['baseline']['groups']} group(s)")
         + (f"; {len(s['baseline']['recomputed'])} saved tensor file(s) failed their digest check and were "
            "recomputed" if s["baseline"].get("recomputed") else ""),
+        *([f"warning: {s['baseline']['memory_warning']}"] if s["baseline"].get("memory_warning") else []),
         determinism_line(s["determinism"]),
         *range_lines(s["range_check"]),
         *framework_lines(s.get("framework")),
@@ -144,12 +200,9 @@ def check_text(s: dict) -> str:
             lines.append(f"fused engine {what} (the baseline runs): {term(err['message'])}")
         for name, o in s["outputs"].items():
             lines.append(output_line(name, o))
-        sens = s.get("sensitivity") or {}
-        if "ratio" in sens:
-            lines.append(
-                f"sensitivity: a 1-ulp input change moves the FP32 outputs to x{fmt(sens['ratio'])} of the "
-                + ("tolerance: the model amplifies rounding noise, every reordering kernel will look guilty"
-                   if sens["amplifies"] else "tolerance (well below it: fusion error is what the check sees)"))
+        sens_line = sensitivity_text(s.get("sensitivity"))
+        if sens_line:
+            lines.append(sens_line)
         sh = s.get("shared_tensors")
         if sh:
             if sh["first_failing_tensor"]:
@@ -236,22 +289,38 @@ def environment_md(s: dict) -> str:
                      if k in v)
 
 
-def check_markdown(s: dict) -> str:
+MAX_TABLE_ROWS = 300  # longer tables say how many rows are left and where they are
+
+
+def check_markdown(s: dict, title: Optional[str] = None, base: Optional[Path] = None,
+                   command: str = "check") -> str:
+    """The report as Markdown that can be pasted into a bug tracker as is: paths
+    relative to `base` (the report's folder), the settings as a command line,
+    plots referenced by file name (they travel in bundle.zip under plots/)."""
+    m = s["model"]
     parts = [
-        f"# bisect-tui check: {VERDICT_TEXT[s['verdict']]}",
+        title or f"# bisect-tui check: {VERDICT_TEXT[s['verdict']]}",
         "",
-        f"- model: {md_code(s['model']['path'])} ({s['model']['nodes']} nodes, opset {s['model']['opset']}, "
-        f"sha256 {md_code(s['model']['sha256'][:16])})",
+        f"- model: {md_code(Path(m['path']).name)} ({m['nodes']} nodes, opset {m['opset']}, "
+        f"sha256 {md_code(m['sha256'][:16])})",
         f"- inputs: {_inputs_md(s['inputs'])}",
-        f"- session directory: {md_code(s['session'])}",
+        *[f"  - {line}" for line in _input_lines(s["inputs"])],
+        f"- session directory: {md_code(shown_path(s['session'], base))}",
         f"- tolerance: {_t(tolerance_text(s['tolerance']))}",
         "",
+    ]
+    cmd = (s.get("command") or {}).get(command)
+    if cmd:
+        parts += ["How it was run (the same command reproduces it; the session is reused):", "",
+                  *_fenced([cmd]), ""]
+    parts += [
         "## Environment",
         environment_md(s),
         "",
         "## Baseline checks",
         f"- baseline: {s['baseline']['tensors']} tensors dumped ({_mb(s['baseline']['bytes'])}), "
         "ORT_DISABLE_ALL, FP32, CPU",
+        *([f"- warning: {_t(s['baseline']['memory_warning'])}"] if s["baseline"].get("memory_warning") else []),
         f"- {_t(determinism_line(s['determinism']))}",
         *[f"- {_t(line)}" for line in range_lines(s["range_check"])],
         "",
@@ -259,10 +328,12 @@ def check_markdown(s: dict) -> str:
     ]
     if s.get("config"):
         c = s["config"]
+        entries = ", ".join(md_code(f"{k}={v}") for k, v in (c.get("config_entries") or {}).items()) or "none"
+        disabled = ", ".join(md_code(n) for n in c.get("disabled_optimizers") or []) or "none"
         parts += [
             "## Fused engine vs baseline",
-            f"engine {md_code(s['engine'])}, level {md_code(c['level'])}, precision {md_code(c['precision'])}, "
-            f"config {md_code(c.get('config_entries') or {})}, disabled {md_code(c.get('disabled_optimizers') or [])}",
+            f"engine {md_code(s['engine'])}, level {md_code(c['level'])}, precision {md_code(c['precision'])}; "
+            f"config entries: {entries}; disabled optimizers: {disabled}",
             "",
             _md_table(
                 ["output", "verdict", "max abs", "mean abs", "max rel", "cosine", "SNR dB", "failed criterion"],
@@ -274,19 +345,43 @@ def check_markdown(s: dict) -> str:
             "",
         ]
         parts += arbiter_markdown(s.get("arbiter"))
-        for name, path in (s.get("plots") or {}).items():
-            parts += [_image(f"{name}: baseline vs fused values and error", path), ""]
+        sens_line = sensitivity_text(s.get("sensitivity"))
+        if sens_line:
+            parts += [_t(sens_line), ""]
+        plots = dict(s.get("plots") or {})
+        from bisect_tui.core.plots import PROFILE_FILE
+
+        profile = plots.pop(PROFILE_FILE, None)
+        sh = s.get("shared_tensors") or {}
+        if sh:
+            first = sh.get("first_failing_tensor")
+            parts += [f"Tensors inside the fused graph: {sh.get('failing', 0)} of {sh.get('tensors_compared', 0)} "
+                      "out of tolerance" + (f", the first in topological order: {md_code(first)}" if first else ""), ""]
+        if profile:
+            parts += [_image("error along the graph: each tensor's error / tolerance in topological order, "
+                             "log scale", profile),
+                      f"*{md(Path(profile).name)}: each tensor's error as a multiple of the tolerance, in "
+                      "topological order (log scale); the dashed line is the tolerance, the orange line the "
+                      "first crossing, triangles the culprit's tensors.*", ""]
+        for name, path in plots.items():
+            parts += [_image(f"{name}: baseline vs fused values and error", path),
+                      f"*{md(Path(path).name)}: {md(name)}, baseline and fused values overlaid (left), "
+                      "the error's distribution (right).*", ""]
         if s["fused_nodes"]:
+            nodes = s["fused_nodes"]
             parts += [
-                f"### Fused nodes ({len(s['fused_nodes'])})",
+                f"### Fused nodes ({len(nodes)})",
                 _md_table(
                     ["fused node", "op", "original nodes", "optimizers"],
-                    [[_c(n['name']), _t(n["op_type"]), _t(", ".join(n["original_nodes"])),
-                      _t(", ".join(n["optimizers"]) or "-")] for n in s["fused_nodes"][:60]],
+                    [[_c(n["name"]), _t(n["op_type"]), _t(", ".join(n["original_nodes"])),
+                      _t(", ".join(n["optimizers"]) or "-")] for n in nodes[:MAX_TABLE_ROWS]],
                 ),
-                "",
             ]
-    parts.append(f"**Verdict: {s['verdict'].upper()}** (exit code {s['exit_code']})")
+            if len(nodes) > MAX_TABLE_ROWS:
+                parts.append(f"\n{len(nodes) - MAX_TABLE_ROWS} more fused node(s) not shown: all {len(nodes)} "
+                             "are in report.json under `fused_nodes`.")
+            parts.append("")
+    parts.append(f"**Verdict: {VERDICT_TEXT[s['verdict']]}** (exit code {s['exit_code']})")
     return "\n".join(parts) + "\n"
 
 
@@ -294,10 +389,28 @@ def _inputs_md(inp: dict) -> str:
     arrays = ", ".join(f"{md_code(a['name'])} {'x'.join(map(str, a['shape'])) or 'scalar'} {_t(a['dtype'])}"
                        for a in inp.get("arrays", []))
     if inp.get("kind") == "file":
-        src = f"from file {md_code(inp.get('file'))}"
+        src = f"from file {md_code(Path(inp.get('file') or '').name)}"
     else:
-        src = f"seed {inp.get('seed')}"
+        src = f"generated with seed {inp.get('seed')}"
     return f"{arrays}; {inp.get('samples', 1)} sample(s), {src}"
+
+
+def _input_lines(inp: dict) -> list[str]:
+    """How each input was made; integer and bool inputs also with their values,
+    since they decide what the model computes (a sample rate, a mask)."""
+    out = []
+    for a in inp.get("arrays", []):
+        how = a.get("how")
+        vals = a.get("values")
+        if not how and vals is None:
+            continue
+        line = f"{md_code(a['name'])}: {md(how or '')}"
+        if vals is not None:
+            line += f"; values: {', '.join(str(v).lower() if isinstance(v, bool) else str(v) for v in vals)}"
+        elif a.get("min") is not None and a["dtype"].startswith(("int", "uint")):
+            line += f"; range {fmt(a['min'])}..{fmt(a['max'])}"
+        out.append(line)
+    return out
 
 
 BISECT_VERDICT = {
@@ -355,8 +468,8 @@ def culprit_lines(c: dict, i: int) -> list[str]:
                      "FP32 ops; its error is FP32 rounding that the rest of the model amplifies")
     if c["worst_elements"]:
         w = c["worst_elements"][0]
-        lines.append(f"  worst element {w['index']}: truth {fmt(w['truth'])}, unfused {fmt(w['unfused'])}, "
-                     f"fused {fmt(w['fused'])}")
+        truth, unfused, fused = distinct([w["truth"], w["unfused"], w["fused"]])
+        lines.append(f"  worst element {w['index']}: truth {truth}, unfused {unfused}, fused {fused}")
     return lines
 
 
@@ -408,6 +521,13 @@ def bisect_text(s: dict) -> str:
     return "\n".join(lines)
 
 
+def bisect_title(b: dict) -> str:
+    words = BISECT_VERDICT.get(b["verdict"], b["verdict"])
+    names = "; ".join(f"{c['op_type']} ({', '.join(c['optimizers']) or 'optimizer unknown'})"
+                      for c in b.get("culprits") or [])
+    return f"# bisect-tui bisect: {md(words)}" + (f": {md(names)}" if names else "")
+
+
 def evidence_lines(ev) -> list[str]:
     """Where the error starts when fusion is not the cause (model text escaped)."""
     if not ev or not ev.get("node"):
@@ -439,9 +559,10 @@ def precision_lines(p) -> list[str]:
     ]
 
 
-def bisect_markdown(s: dict) -> str:
+def bisect_markdown(s: dict, base: Optional[Path] = None) -> str:
     b = s["bisect"]
-    parts = [check_markdown(s).rstrip().rsplit("\n**Verdict", 1)[0], "",
+    parts = [check_markdown(s, title=bisect_title(b), base=base, command="bisect").rstrip().rsplit("\n**Verdict", 1)[0],
+             "",
              f"## Bisection: {BISECT_VERDICT[b['verdict']]}",
              f"{b['engine_builds']} engine builds, searched at optimization level {md_code(b.get('level'))} "
              f"over {len(b.get('units', []))} fused nodes.", ""]
@@ -457,7 +578,7 @@ def bisect_markdown(s: dict) -> str:
             parts += [f"#### Culprit {i}: evidence in isolation", *_fenced(culprit_lines(c, i)), ""]
             if c["worst_elements"]:
                 parts += [_md_table(["index", "float64 truth", "unfused FP32", "fused"],
-                                    [[_t(w["index"]), fmt(w["truth"], 6), fmt(w["unfused"], 6), fmt(w["fused"], 6)]
+                                    [[_t(w["index"]), *distinct([w["truth"], w["unfused"], w["fused"]])]
                                      for w in c["worst_elements"]]), ""]
     if b.get("explanation"):
         parts += [_t(b["explanation"]), ""]
@@ -499,7 +620,7 @@ def bisect_markdown(s: dict) -> str:
               "unzip bundle.zip && python repro/repro.py        # exits 1 while the bug is present",
               *(["python repro/repro.py " + " ".join(f"--disable {shlex.quote(n)}" for n in w["disabled_optimizers"])
                  + "   # exits 0 with the workaround"] if w and w.get("disabled_optimizers") else [])]),
-              "", f"**Verdict: {_t(b['verdict'])}**"]
+              "", f"**Verdict: {_t(BISECT_VERDICT.get(b['verdict'], b['verdict']))}**"]
     return "\n".join(parts) + "\n"
 
 

@@ -24,6 +24,50 @@ from bisect_tui.core.inputs import InputSet
 
 MB = 1 << 20
 PROTO_LIMIT = 1_800_000_000  # protobuf refuses to serialize 2 GiB; keep a margin
+ORT_QUIET = 4  # FATAL only: ORT's own coloured ERROR lines would print before our one-line error
+_ENGINE_LOG: list = [None]  # the session's engine.log, set by Triage.prepare
+
+
+def set_engine_log(path) -> None:
+    """Where the engine's full error texts go (the one-line error points there)."""
+    _ENGINE_LOG[0] = path
+
+
+def log_engine_error(context: str, exc: BaseException) -> str:
+    """Append the engine's whole message to the session's engine.log; returns a
+    short pointer for the one-line error ("" when no session is open)."""
+    path = _ENGINE_LOG[0]
+    if path is None:
+        return ""
+    try:
+        from bisect_tui.core.session import now_iso
+
+        with open(path, "a", encoding="utf-8") as fh:
+            fh.write(f"[{now_iso()}] {context}: {type(exc).__name__}\n{str(exc).rstrip()}\n\n")
+    except OSError:
+        return ""
+    return f" (full engine message in {path.name} in the session)"
+
+
+def quiet_ort() -> None:
+    """Keep ORT's default logger (used before a session has its own) off our output."""
+    import onnxruntime as ort
+
+    try:
+        ort.set_default_logger_severity(ORT_QUIET)
+    except Exception:  # very old releases: the per-session level below still applies
+        pass
+
+
+def memory_budget_warning(max_memory: int, floor: int, needed: int, largest: int) -> str:
+    """A budget the process already (nearly) fills leaves room for one tensor per
+    group: correct, but a fresh session per tensor is many times slower. Say so."""
+    if largest <= 0 or max_memory - needed >= 2 * largest:
+        return ""
+    return (f"--max-memory {max_memory / MB:.0f} MB is below what the process needs before dumping "
+            f"({floor / MB:.0f} MB already held, {needed / MB:.0f} MB with the model and engine): tensors "
+            f"will be dumped one per group, which is much slower; give at least "
+            f"--max-memory {int((needed + 8 * largest) / MB) + 1}M")
 
 
 def default_max_memory() -> int:
@@ -168,7 +212,8 @@ def make_session(model: onnx.ModelProto, level: str = "disable", threads: int = 
     so.enable_cpu_mem_arena = False  # let freed activations go back to the OS
     if threads:
         so.intra_op_num_threads = threads
-    so.log_severity_level = 3
+    quiet_ort()
+    so.log_severity_level = ORT_QUIET
     try:
         if model.ByteSize() < PROTO_LIMIT:
             return ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
@@ -182,7 +227,20 @@ def make_session(model: onnx.ModelProto, level: str = "disable", threads: int = 
             return ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
     except Exception as exc:
         msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise UserError(f"ONNX Runtime could not load the model: {msg[:300]}") from None
+        where = log_engine_error("ONNX Runtime could not load the model", exc)
+        raise UserError(f"ONNX Runtime could not load the model: {msg[:300]}{where}") from None
+
+
+def guessed_inputs_hint(inputs: InputSet) -> str:
+    """When the run fails, point at the inputs whose values were guessed: random
+    integers (a sample rate, a length) are the usual reason a real model refuses."""
+    how = inputs.source.get("how") or {}
+    guessed = [n for n, a in inputs.arrays.items()
+               if a.dtype.kind in "iub" and "random" in how.get(n, "") and "mask" not in how.get(n, "")]
+    if not guessed:
+        return ""
+    return ("; the values of " + ", ".join(f"'{n}'" for n in guessed) + " were random guesses: give real ones "
+            "with " + " ".join(f"--input-value {n}=VALUE" for n in guessed) + " or --input FILE.npz")
 
 
 def run_groups(
@@ -212,7 +270,9 @@ def run_groups(
                 values = sess.run(names, inputs.feeds(k))
             except Exception as exc:
                 msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-                raise UserError(f"ONNX Runtime failed to run the model: {msg[:300]}") from None
+                where = log_engine_error("ONNX Runtime failed to run the model", exc)
+                raise UserError(f"ONNX Runtime failed to run the model: {msg[:300]}"
+                                f"{guessed_inputs_hint(inputs)}{where}") from None
             for name, value in zip(names, values):
                 if isinstance(value, np.ndarray):
                     sink.write(name, k, value)

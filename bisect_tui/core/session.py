@@ -43,9 +43,12 @@ def stable_key(*parts: Any) -> str:
     return hashlib.sha256(blob).hexdigest()[:16]
 
 
-def default_session_dir(model_path: Path, model_sha: str, base: Optional[Path] = None) -> Path:
+def default_session_dir(model_path: Path, model_sha: str, base: Optional[Path] = None,
+                        inputs_key: Optional[str] = None) -> Path:
+    """`<model>-<hash>`, plus `-<inputs hash>` when the inputs are not the defaults:
+    another shape or seed is another directory, so runs never lock each other out."""
     base = Path(base) if base else Path.cwd() / "bisect-sessions"
-    return base / f"{Path(model_path).stem}-{model_sha[:8]}"
+    return base / (f"{Path(model_path).stem}-{model_sha[:8]}" + (f"-{inputs_key[:6]}" if inputs_key else ""))
 
 
 def state_home() -> Path:
@@ -132,11 +135,22 @@ class Session:
                             "move the directory away or choose another --session")
         return meta
 
-    def init(self, model_source: Path, model_sha: str, input_options: dict) -> dict:
-        """Create the session or check that an existing one is for the same model and inputs."""
+    def init(self, model_source: Path, model_sha: str, input_options: dict, named: bool = True) -> dict:
+        """Create the session or check that an existing one is for the same model and inputs.
+
+        A session whose baseline never finished (a failed first attempt) holds
+        nothing worth keeping: other inputs simply start it again."""
         if self.root.exists() and not self.root.is_dir():
             raise UserError(f"--session {self.root} is a file, not a directory")
         meta = self.meta()
+        if meta and meta.get("input_options") != input_options and \
+                meta.get("steps", {}).get("baseline", {}).get("state") != "passed":
+            for name in ("input.npz", "input_source.json"):
+                try:
+                    (self.root / name).unlink()
+                except FileNotFoundError:
+                    pass
+            meta = {}
         if meta:
             if meta.get("model_sha256") != model_sha:
                 raise UserError(
@@ -149,6 +163,7 @@ class Session:
                     f"session {self.root} was made with other inputs "
                     f"({_describe(meta.get('input_options'))}); choose another --session "
                     f"or pass the same input options"
+                    + ("" if named else " (or leave out --session: each input choice gets its own directory)")
                 )
             _ACTIVE.append(self.root)
             safepath.sweep_temp(self.root)  # what a killed run left half-written

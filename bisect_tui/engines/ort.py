@@ -760,7 +760,12 @@ class OrtEngine:
         tmp_opt = workdir / f".optimized_{key}.{uuid.uuid4().hex[:8]}.onnx"
         so.optimized_model_filepath = str(tmp_opt)
         so.enable_cpu_mem_arena = False  # dumps of many tensors must stay memory bounded
-        so.log_severity_level = 3  # warnings (e.g. "NCHWc model is hardware specific") would garble the TUI
+        # FATAL only: ORT's warnings ("NCHWc model is hardware specific") and coloured ERROR
+        # lines would garble the TUI and print before our one-line error (which says it all)
+        from bisect_tui.core.runner import ORT_QUIET, quiet_ort
+
+        quiet_ort()
+        so.log_severity_level = ORT_QUIET
         if isinstance(model_arg, str) and _uses_external_data_file(Path(model_arg)):
             so.add_session_config_entry(
                 "session.optimized_model_external_initializers_file_name", optimized.name + ".data"

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Optional
 
 from textual import work
-from textual.app import App
+from textual.app import App, SystemCommand
 from textual.binding import Binding
 from textual.worker import get_current_worker
 
@@ -39,7 +39,15 @@ from bisect_tui.tui.screens.help import HelpScreen
 from bisect_tui.tui.screens.picker import Picked, PickerScreen
 from bisect_tui.tui.screens.settings import SettingsScreen
 from bisect_tui.tui.state import ENGINE_STEPS, FINAL, BisectView, TriageState, info_payload
+from bisect_tui.core.report import BISECT_VERDICT
 from bisect_tui.tui.texts import STEP_NAME
+
+# the checklist state of the bisection: finding a culprit is the search succeeding
+BISECT_STATE = {"pass": "passed", "culprits": "found", "not_fusion": "unclear", "no_culprit": "unclear"}
+
+
+def bisect_state(verdict: str) -> str:
+    return BISECT_STATE.get(verdict, "unclear")
 
 DEPS = {
     "inputs": (),
@@ -56,12 +64,14 @@ class BisectApp(App[int]):
 
     CSS_PATH = "app.tcss"
     TITLE = "bisect-tui"
-    HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (100, "-wide")]
+    # the why panel goes beside the detail only from 140 columns: at 120 the tables need the width
+    HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (140, "-wide")]
+    # q and ? always fit the footer at 80 columns; the rest are in ? help and ctrl+p
     BINDINGS = [
         Binding("q", "quit_app", "Quit"),
         Binding("question_mark", "help", "Help"),
-        Binding("l", "language", "中文/EN"),
-        Binding("s", "screenshot", "Screenshot"),
+        Binding("l", "language", "中文/EN", show=False),
+        Binding("s", "screenshot", "Screenshot", show=False),
     ]
 
     def __init__(self, options: Optional[TriageOptions] = None, resume: bool = False,
@@ -78,6 +88,11 @@ class BisectApp(App[int]):
         self.status_error = False
         self.last_screenshot: Optional[str] = None
         self._restore_bisect: Optional[str] = None
+        # `tui --json/--report`: written by every export and, for what was not exported, on quit
+        self.output_json: Optional[Path] = None
+        self.output_report: Optional[Path] = None
+        self._outputs_written_for: Optional[tuple] = None
+        self.why_shown = True  # w hides the why panels so tables get the width
 
     # ------------------------------------------------------------------ opening
     async def on_mount(self) -> None:
@@ -122,12 +137,22 @@ class BisectApp(App[int]):
             if opts is not None:
                 self.apply_settings(opts)
 
-        self.push_screen(SettingsScreen(self.state.options), done)
+        self.push_screen(SettingsScreen(self.state.options, suggestion=self.state.suggestion), done)
 
     def apply_settings(self, opts: TriageOptions) -> None:
         st = self.state
         assert st is not None
         changed = opts.to_dict() != st.options.to_dict()
+        if opts.input_options() != st.options.input_options() or opts.session_dir != st.options.session_dir:
+            # other inputs: another session (its own directory), every step again
+            self.state = TriageState(opts)
+            if opts.session_dir:
+                self.state.session_dir = Path(opts.session_dir)
+            self.triage = None
+            self.state.set("settings", "passed")
+            self.set_status("inputs changed: r runs every step again on the new inputs (their own session)")
+            self.notify_screens("all")
+            return
         st.options = opts
         st.set("settings", "passed")
         if changed:
@@ -391,7 +416,8 @@ class BisectApp(App[int]):
             self.post_message(StepStopped(cur[0], "cancelled", "cancelled"))
         except (UserError, BuildBudgetExceeded) as exc:
             outcome = "error"
-            self.post_message(StepStopped(cur[0], "error", str(exc)))
+            suggestion = getattr(exc, "suggestion", None)
+            self.post_message(StepStopped(cur[0], "error", str(exc), suggestion))
         except Exception as exc:  # a bug: still one line on screen, traceback in the session
             outcome = "error"
             self.post_message(StepStopped(cur[0], "error", self._fail_text(exc)))
@@ -428,12 +454,10 @@ class BisectApp(App[int]):
 
     @work(thread=True, exclusive=True, group="engine", exit_on_error=False)
     def _export_worker(self, result: Optional[dict], copy: bool) -> None:
-        from bisect_tui.core.bisect.command import export_session
-
         outcome = "done"
         t = self.triage
         try:
-            _, md, paths = export_session(t, t.summary(), result)
+            paths, md = self.write_outputs(t, result)
             self.post_message(ExportDone(paths, md, copy))
         except UserError as exc:
             outcome = "error"
@@ -443,6 +467,61 @@ class BisectApp(App[int]):
             self.post_message(StepStopped(None, "error", self._fail_text(exc)))
         finally:
             self.post_message(WorkDone("export", outcome))
+
+    def write_outputs(self, t: Triage, result: Optional[dict]) -> tuple[dict, str]:
+        """The session's report.md/json, plots and bundle, plus `tui --json/--report`
+        copies: the same files the CLI writes. Safe to call from a worker thread."""
+        from bisect_tui.core import atomic
+        from bisect_tui.core.bisect.command import export_session, public_json, write_report_copy
+
+        full, md, paths = export_session(t, t.summary(), result)
+        if self.output_json:
+            atomic.write_json(self.output_json, public_json(full))
+            paths["--json"] = str(self.output_json)
+        if self.output_report:
+            write_report_copy(full, self.output_report)
+            paths["--report"] = str(self.output_report)
+        self._outputs_written_for = (id(t.fused), id(result))
+        return paths, md
+
+    def save_value_plot(self, output: Optional[str]) -> None:
+        """p: the selected output's baseline/fused value histograms overlaid, as a PNG."""
+        st = self.state
+        if st is None or not st.fused or not output or st.session_root is None:
+            self.set_status("nothing to plot yet: run the comparison first (a runs every check)", error=True)
+            return
+        self.set_status(f"drawing the value histograms of {output}...")
+        self._plot_worker(output, dict(st.fused["outputs"][output]), Path(st.session_root) / "plots")
+
+    @work(thread=True, group="plot", exit_on_error=False)
+    def _plot_worker(self, output: str, o: dict, folder: Path) -> None:
+        from bisect_tui.core.escape import safe_filename
+        from bisect_tui.core.plots import value_histograms
+
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            path = folder / f"{safe_filename(output)}.png"
+            ok = value_histograms(path, output, o)
+            text = f"saved {show_path(path)}: baseline and fused values overlaid, and the error" if ok \
+                else f"{output}: no histogram to draw"
+        except OSError as exc:
+            text = f"error: could not write the plot: {exc}"
+        self.call_from_thread(self.set_status, text, text.startswith("error"))
+
+    def _write_outputs_on_quit(self) -> None:
+        """`tui --json/--report` promise files: write what the app holds when it closes."""
+        if not (self.output_json or self.output_report) or self.busy:
+            return
+        t, st = self.triage, self.state
+        if t is None or t.fused is None or st is None:
+            return
+        result = st.bisect.result
+        if self._outputs_written_for == (id(t.fused), id(result)):
+            return
+        try:
+            self.write_outputs(t, result)
+        except (UserError, OSError) as exc:
+            self.set_status(f"error: could not write --json/--report: {exc}", error=True)
 
     # ------------------------------------------------------------------ message handlers (UI thread)
     def on_engine_progress(self, m: EngineProgress) -> None:
@@ -530,8 +609,16 @@ class BisectApp(App[int]):
                 st.set("bisect", "failed", "stopped by an error")
             elif step:
                 st.set(step, "failed", short(m.text, 60))
-            self.set_status(f"error: {m.text}", error=True, refresh=False)
-            self.notify(short(m.text, 200), title="error", severity="error", timeout=6)
+            if m.suggestion is not None:  # dynamic inputs: the settings form opens with the suggestion
+                st.suggestion = m.suggestion
+                st.input_error = m.text
+                st.set("inputs", "failed", "press o")
+                self.set_status("inputs need shapes or values: press o, the form holds a suggestion that ran",
+                                error=True, refresh=False)
+                self.notify(short(m.text, 300), title="inputs", severity="warning", timeout=10)
+            else:
+                self.set_status(f"error: {m.text}", error=True, refresh=False)
+                self.notify(short(m.text, 200), title="error", severity="error", timeout=6)
         self.notify_screens(step or "all")
 
     def on_bisect_step(self, m: BisectStep) -> None:
@@ -548,12 +635,12 @@ class BisectApp(App[int]):
                                total=int(r.get("engine_builds", 0)), result=r)
         if m.summary:
             st.summary = m.summary
-        st.set("bisect", "passed" if r["verdict"] == "pass" else "failed")
+        st.set("bisect", bisect_state(r["verdict"]))
         if r["culprits"]:
             names = "; ".join(f"{c['op_type']} from {', '.join(c['optimizers']) or '?'}" for c in r["culprits"])
-            text = f"bisection: {len(r['culprits'])} culprit(s): {names}"
+            text = f"bisection found {len(r['culprits'])} culprit(s): {names}"
         else:
-            text = f"bisection: {r['verdict']}"
+            text = f"bisection: {BISECT_VERDICT.get(r['verdict'], r['verdict'])}"
         if m.loaded:
             text = "session reopened; " + text
         self.set_status(text + "  (e exports the report)", refresh=False)
@@ -571,7 +658,7 @@ class BisectApp(App[int]):
         st = self.state
         st.exported = dict(m.paths)
         st.markdown = m.markdown
-        shown = ", ".join(show_path(p) for p in m.paths.values())
+        shown = ", ".join(show_path(p) for k, p in m.paths.items() if k != "plots")
         text = f"exported {shown}"
         if m.copy:
             self.copy_to_clipboard(m.markdown)
@@ -607,7 +694,54 @@ class BisectApp(App[int]):
             self.workers.cancel_group(self, "engine")
             self.exit(return_code=int(ExitCode.CANCELLED))
         else:
+            self._write_outputs_on_quit()
             self.exit(return_code=0)
+
+    # ------------------------------------------------------------------ command palette
+    def get_system_commands(self, screen):
+        """ctrl+p: every action of the app, with the key that does it."""
+        yield from super().get_system_commands(screen)
+        for title, help_text, callback in self.palette_commands():
+            yield SystemCommand(title, help_text, callback)
+
+    def palette_commands(self) -> list[tuple[str, str, object]]:
+        def on_checklist(action: str):
+            def run() -> None:
+                for scr in self.screen_stack:
+                    if isinstance(scr, ChecklistScreen):
+                        getattr(scr, f"action_{action}")()
+                        return
+            return run
+
+        def on_screen(action: str):
+            def run() -> None:
+                handler = getattr(self.screen, f"action_{action}", None)
+                if handler is not None:
+                    handler()
+                else:
+                    self.set_status(f"{action.replace('_', ' ')}: not on this screen")
+            return run
+
+        cmds: list[tuple[str, str, object]] = [
+            ("Run next step (r)", "run the next step of the checklist", self.run_next),
+            ("Run all checks (a)", "inputs, baseline, determinism, range check, comparison", self.run_all),
+            ("Bisect (b)", "find the fused op(s) that break tolerance", self.start_bisect),
+            ("Cancel (x)", "stop the running work at the next safe point", self.cancel_work),
+            ("Settings (o)", "inputs (shapes, fixed values, file), engine settings, tolerance",
+             on_checklist("settings")),
+            ("Export report (e)", "report.md, report.json, plots and the repro bundle", lambda: self.export(False)),
+            ("Copy Markdown report (c)", "export and copy the Markdown to the clipboard", lambda: self.export(True)),
+            ("Full-screen table (f)", "the focused table (or the error along the graph) on the whole screen",
+             on_screen("fullscreen")),
+            ("Why panel (w)", "show or hide the why-this-matters panel", on_screen("toggle_why")),
+            ("Save value histograms (p)", "matplotlib PNG of baseline vs fused values of the selected output",
+             on_screen("plot")),
+            ("Models (m)", "open another model or a recent session", self.open_picker),
+            ("Help: keys (?)", "every key of the app", self.action_help),
+            ("Language 中文/EN (l)", "switch the why panels between English and Chinese", self.action_language),
+            ("Screenshot (s)", "save an SVG of the screen into the session", self.action_screenshot),
+        ]
+        return cmds
 
     def action_help(self) -> None:
         if not isinstance(self.screen, HelpScreen):

@@ -16,6 +16,8 @@ STATE_SYMBOL = {
     "passed": "✔",
     "failed": "✘",
     "skipped": "–",
+    "found": "✔",  # the bisection found its culprit: the search succeeded
+    "unclear": "?",  # the search ended without a single culprit to blame
 }
 BLOCKS = " ▁▂▃▄▅▆▇█"
 

@@ -48,11 +48,12 @@ class StepFinished(Message):
 class StepStopped(Message):
     """A step did not finish: cancelled, or a one-line error."""
 
-    def __init__(self, step: Optional[str], reason: str, text: str) -> None:
+    def __init__(self, step: Optional[str], reason: str, text: str, suggestion=None) -> None:
         super().__init__()
         self.step = step
         self.reason = reason  # "cancelled" | "error" | "halt"
         self.text = text
+        self.suggestion = suggestion  # input_suggest.Suggestion when the inputs need shapes
 
 
 class BisectStep(Message):

@@ -14,7 +14,7 @@ from bisect_tui.core.pipeline import TriageOptions
 from bisect_tui.tui.texts import STEP_IDS
 
 ENGINE_STEPS = ("inputs", "baseline", "determinism", "range_check", "fused")
-FINAL = ("passed", "failed", "skipped")
+FINAL = ("passed", "failed", "skipped", "found", "unclear")
 
 
 @dataclass
@@ -57,6 +57,8 @@ class TriageState:
     markdown: Optional[str] = None
     options_dirty: bool = False  # engine settings changed after the session was prepared
     halted: str = ""  # why "run all" stopped early (bad baseline)
+    suggestion: Any = None  # input_suggest.Suggestion when the model's inputs need shapes/values
+    input_error: str = ""
 
     def next_step(self) -> Optional[str]:
         for s in STEP_IDS:

@@ -159,24 +159,30 @@ HELP_TEXT = """\
 bisect-tui: find the fused operator that breaks numerical tolerance
 
 Checklist (the first screen on a model)
-  up/down  choose a step          tab / shift+tab  move focus
+  up/down  choose a step          tab / shift+tab  move focus (heavy border)
   r        run the next step      a                run all checks
-  o        engine settings form   b                bisect (runs what is missing)
-  e        export report.md, report.json, bundle.zip into the session
+  o        settings: inputs (shapes, fixed values, input file, seed),
+           engine, tolerance      b                bisect (runs what is missing)
+  f        the focused table (and the error along the graph) full screen
+  w        hide/show the why panel (tables get the width)
+  p        save the selected output's baseline/fused histograms as a PNG
+  e        export report.md, report.json, plots/, bundle.zip into the session
   c        export and copy the Markdown report to the clipboard (OSC 52)
   x        cancel the running work (what is written stays valid)
   m        open another model or session
 
 Bisection
   r        run / resume the search (recorded steps are reused)
+  tab      move between the steps and the culprit    f  that pane full screen
   x        cancel          h or escape   back to the checklist
   e / c    export / copy the report
 
 Everywhere
   s  save an SVG screenshot into the session directory
   l  switch the explanations between English and Chinese
-  ?  this help       ctrl+p  command palette       q  quit
+  ?  this help       ctrl+p  every action by name       q  quit
 
 States are shown as symbol and word: · pending  … running  ✔ passed
-✘ failed  – skipped.  Close this help with escape, enter, ? or q.
+✘ failed  – skipped  ✔ found (the bisection named its culprit)
+? unclear (no single culprit).  Close this help with escape, enter, ? or q.
 """

@@ -77,7 +77,8 @@ async def test_cancel_then_resume(workdir):
         await pilot.press("h")
         await pilot.pause()
         assert isinstance(app3.screen, ChecklistScreen)
-        assert app3.state.states["bisect"] == "failed"  # culprits found = tolerance broken
+        assert app3.state.states["bisect"] == "found"  # the search succeeded: it named the culprit
+        assert "✔ found" in screen_text(app3)
 
 
 async def test_cancel_a_check_keeps_the_app_usable(workdir):

@@ -121,7 +121,7 @@ def main():
           % (ort.__version__, shown(CONFIG["level"]), shown(CONFIG["precision"]),
              shown(CONFIG["config_entries"]), shown(disabled)))
     for k in range(samples):
-        feeds = {n: inputs[n][k] for n in SPEC["inputs"]}
+        feeds = {n: np.asarray(inputs[n][k], order="C") for n in SPEC["inputs"]}
         outs = dict(zip(names, sess.run(names, feeds)))
         for n in names:
             max_abs, fails = judge(expected[n][k], outs[n])

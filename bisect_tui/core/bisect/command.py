@@ -14,23 +14,25 @@ def bisect_exit(result: dict) -> ExitCode:
     return ExitCode.OK if result["verdict"] == "pass" else ExitCode.TOLERANCE
 
 
-def export_session(triage, summary: dict, result, plots: dict | None = None) -> tuple[dict, str, dict]:
-    """Write report.md, report.json and (with culprits) bundle.zip into the
+def export_session(triage, summary: dict, result, with_plots: bool = True) -> tuple[dict, str, dict]:
+    """Write report.md, report.json, plots/ and (with culprits) bundle.zip into the
     session directory: the one export shared by the CLI and the app.
 
-    Returns the full JSON, the Markdown and the paths written."""
+    Returns the full JSON, the Markdown and the paths written ("plots" maps each
+    plot's name to its file)."""
     from bisect_tui.core.bisect.bundle import write_bundle
+    from bisect_tui.core.plots import plot_links, write_plots
     from bisect_tui.core.report import bisect_markdown, check_markdown
 
     session = triage.session
     full = {**summary, "bisect": result} if result else dict(summary)
-    if plots:
-        from bisect_tui.core.plots import plot_links
-
+    plots = {}
+    if with_plots:
+        plots = write_plots(session.path("plots"), summary["outputs"], summary.get("shared_tensors"), result)
         full["plots"] = plot_links(plots, session.path("report.md"))
-    md = bisect_markdown(full) if result else check_markdown(full)
+    md = bisect_markdown(full, base=session.root) if result else check_markdown(full, base=session.root)
     atomic.write_text(session.path("report.md"), md)
-    session.write_json("report.json", full)
+    session.write_json("report.json", {k: v for k, v in full.items() if k != "plots"})
     paths = {"report.md": str(session.path("report.md")), "report.json": str(session.path("report.json"))}
     if result and (result.get("culprits") or (result.get("precision") or {}).get("passed")):
         isolated = [c for c in result.get("culprits", []) if (c.get("isolated") or {}).get("subgraph")]
@@ -40,14 +42,56 @@ def export_session(triage, summary: dict, result, plots: dict | None = None) -> 
             from bisect_tui.core.bisect.keepset_bundle import add_keepset_repro
 
             add_keepset_repro(Path(paths["bundle.zip"]), triage, result, __version__)
+        _attach_plots(paths["bundle.zip"], plots)
+    full["_plot_files"] = plots
     return full, md, paths
+
+
+def _attach_plots(bundle, plots: dict) -> None:
+    """The pictures the report names travel with it, under plots/ in the bundle."""
+    import zipfile
+
+    with zipfile.ZipFile(bundle, "a", compression=zipfile.ZIP_DEFLATED) as z:
+        have = set(z.namelist())
+        for path in plots.values():
+            arc = f"plots/{Path(path).name}"
+            if arc not in have:
+                z.write(path, arc)
+
+
+def write_report_copy(full: dict, report_path) -> None:
+    """The user's --report FILE.md: the plots copied next to it (FILE-plots/), so
+    the folder can be attached to an issue as it is, with links relative to it."""
+    import shutil
+
+    from bisect_tui.core.escape import safe_filename
+    from bisect_tui.core.plots import plot_links
+    from bisect_tui.core.report import bisect_markdown, check_markdown
+
+    report = Path(report_path)
+    plots = full.get("_plot_files") or {}
+    copied = {}
+    if plots:
+        folder = report.parent / f"{safe_filename(report.stem)}-plots"
+        folder.mkdir(parents=True, exist_ok=True)
+        for name, path in plots.items():
+            dest = folder / Path(path).name
+            shutil.copyfile(path, dest)
+            copied[name] = str(dest)
+    view = {k: v for k, v in full.items() if k != "_plot_files"}
+    view["plots"] = plot_links(copied, report)
+    md = bisect_markdown(view, base=report.parent) if view.get("bisect") else check_markdown(view, base=report.parent)
+    atomic.write_text(report, md)
+
+
+def public_json(full: dict) -> dict:
+    return {k: v for k, v in full.items() if k not in ("_plot_files", "plots")}
 
 
 def run_bisect_command(args, opts) -> int:
     from bisect_tui.core.bisect.run import run_bisection
     from bisect_tui.core.pipeline import Triage
-    from bisect_tui.core.plots import plot_links
-    from bisect_tui.core.report import bisect_markdown, bisect_text, check_text
+    from bisect_tui.core.report import bisect_text, check_text
     from bisect_tui.progress_text import TextProgress
 
     progress = TextProgress(enabled=not getattr(args, "quiet", False))
@@ -63,18 +107,14 @@ def run_bisect_command(args, opts) -> int:
     finally:
         progress.close()
     report = getattr(args, "report", None)
-    plots = {}
-    if report:  # pictures cost a matplotlib import: only for a report asked for
-        from bisect_tui.core.plots import write_plots
-
-        plots = write_plots(triage.session.path("plots"), summary["outputs"])
-    full, md, paths = export_session(triage, summary, result, plots)
+    # pictures cost a matplotlib import: only for a report asked for
+    full, md, paths = export_session(triage, summary, result, with_plots=bool(report))
     print(term(check_text(summary), keep_newlines=True))
     print(term(bisect_text(full), keep_newlines=True))
     if getattr(args, "json", None):
-        atomic.write_json(args.json, full)
-    if report:  # links re-made relative to where this copy lives
-        atomic.write_text(report, bisect_markdown({**full, "plots": plot_links(plots, report)}))
+        atomic.write_json(args.json, public_json(full))
+    if report:
+        write_report_copy(full, report)
     if getattr(args, "bundle", None):
         if "bundle.zip" not in paths:
             print("no culprit, so no repro bundle was written")

@@ -96,7 +96,11 @@ def run_probe(triage, optimized_path: str, units: list[Unit], tolerance=None) ->
             first_bad = t
             break
     worst = sorted(errors.items(), key=lambda kv: -kv[1]["ratio"])[:20]
+    # the error along the graph, in topological order: where it jumps is seen at a glance
+    profile = [{"tensor": t, "op_type": idx[t].get("op_type"), "ratio": errors[t]["ratio"]}
+               for t in sorted(errors, key=lambda t: order.get(t, 1 << 30))]
     return {
+        "profile": profile,
         "tensors_compared": len(errors),
         "failing_count": sum(1 for e in errors.values() if not e["passed"]),
         "first_failing_tensor": first_bad,

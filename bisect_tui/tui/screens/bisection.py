@@ -20,28 +20,42 @@ STATUS_WORD = {
     "cancelled": "– cancelled",
     "interrupted": "– interrupted",
     "finished": "✔ finished",
+    "found": "✔ found the culprit",
     "error": "✘ stopped by an error",
 }
 COLUMNS = [("n", "#"), ("kind", "kind"), ("region", "region"), ("marks", "marked"),
            ("builds", "builds"), ("ratio", "x tol"), ("verdict", "verdict")]
-FIXED_WIDTHS = {"n": 3, "marks": 6, "builds": 6, "ratio": 9, "verdict": 8}
+FIXED_WIDTHS = {"n": 3, "marks": 6, "builds": 6, "ratio": 8, "verdict": 8}
+NARROW = 100  # below this the "marked" count gives its room to the full pass names (f shows it)
 
 
-def step_row(st: dict, kind_w: int = 14, region_w: int = 16) -> list[Text]:
+def columns_for(width: int) -> list[tuple[str, str]]:
+    return [c for c in COLUMNS if not (c[0] == "marks" and width < NARROW)]
+
+
+def step_row(st: dict, kind_w: int = 14, region_w: int = 16, keys=None) -> list[Text]:
+    """One row; the kind is never cut when it fits (`disable GeluFusionL2` vs
+    `disable GeluApproximation`: which one passes is the evidence)."""
     verdict = "✔ pass" if st["passed"] else "✘ FAIL"
     if st.get("cached"):
         verdict += " ↺"
-    return [Text(str(x)) for x in (
-        st["n"], short(st["kind"], kind_w), short(st["region"], region_w), st["marks"], st["builds"],
-        ratio(st["ratio"]), verdict)]
+    cells = {"n": st["n"], "kind": short(st["kind"], kind_w), "region": short(st["region"], region_w),
+             "marks": st["marks"], "builds": st["builds"], "ratio": ratio(st["ratio"]), "verdict": verdict}
+    return [Text(str(cells[k])) for k in (keys or [c[0] for c in COLUMNS])]
 
 
-def column_widths(width: int) -> tuple[int, int]:
-    """Widths of the kind and region columns that fit a table `width` cells wide."""
-    fixed = sum(FIXED_WIDTHS.values()) + 7 * 2 + 4  # fixed columns, cell padding, border + scrollbar
+def column_widths(width: int, kinds: list[str] = (), regions: list[str] = ()) -> tuple[int, int]:
+    """Widths of the kind and region columns that fit a table `width` cells wide:
+    the kind gets what its longest entry needs first (the region is often just
+    "whole graph"), the region the rest."""
+    keys = [k for k, _ in columns_for(width)]
+    fixed = sum(v for k, v in FIXED_WIDTHS.items() if k in keys) + len(keys) * 2 + 4  # + padding, border
     room = max(width - fixed, 24)
-    kind_w = min(20, max(12, room // 2))
-    return kind_w, max(room - kind_w, 12)
+    want_kind = max([len(k) for k in kinds] + [12])
+    want_region = max([len(r) for r in regions] + [12])
+    kind_w = min(want_kind, max(room - 9, 12))
+    region_w = max(min(room - kind_w, max(want_region, 9)), 9)
+    return kind_w, region_w
 
 
 class BisectionScreen(Screen):
@@ -49,7 +63,8 @@ class BisectionScreen(Screen):
         Binding("r", "resume", "Run/resume"),
         Binding("x", "cancel", "Cancel"),
         Binding("e", "export", "Export"),
-        Binding("c", "copy", "Copy MD"),
+        Binding("c", "copy", "Copy MD", show=False),
+        Binding("f", "fullscreen", "Full screen"),
         Binding("h", "back", "Checklist"),
         Binding("escape", "back", "Checklist", show=False),
     ]
@@ -69,13 +84,15 @@ class BisectionScreen(Screen):
                     yield WhyPanel("bisect", id="why-inline", classes="why-inline")
                 yield WhyPanel("bisect", id="why-side", classes="why-side")
         yield StatusLine(id="status")
-        yield Footer()
+        yield Footer(compact=True)
 
     _ready = False
 
     def on_mount(self) -> None:
         self._ready = True
         self.query_one("#bis-side").border_title = "Culprit"
+        self.query_one("#bis-side").border_subtitle = "tab: focus here · ↑↓ scroll · f full screen"
+        self.set_class(not getattr(self.app, "why_shown", True), "-nowhy")
         self.state_changed("all")
         self.query_one("#bis-steps", DataTable).focus()
 
@@ -93,30 +110,48 @@ class BisectionScreen(Screen):
         table = self.query_one("#bis-steps", DataTable)
         if what in ("all", "bisect_reset", "bisect", "resize"):
             self._fill_table()
+            if b.status == "finished" and table.row_count:
+                # the last steps hold the proof; after the refresh, once the rows are measured,
+                # so the scroll position never depends on timing
+                self.call_after_refresh(self._cursor_to_end)
         elif what == "bisect_step" and b.steps:
             s = b.steps[-1]
-            if str(s["n"]) not in {str(k.value) for k in table.rows}:
-                table.add_row(*step_row(s, *self._widths), key=str(s["n"]))
+            if len(s["kind"]) > self._widths[0]:
+                self._fill_table()  # a longer kind (disable GeluApproximation): widen, never cut
+                table.move_cursor(row=table.row_count - 1)
+            elif str(s["n"]) not in {str(k.value) for k in table.rows}:
+                table.add_row(*step_row(s, *self._widths, self._keys), key=str(s["n"]))
                 table.move_cursor(row=table.row_count - 1)
         self._header(b)
+        self.set_class(b.status == "finished", "-finished")
         if what in ("all", "bisect_reset", "bisect", "busy", "status"):
             self.query_one(CulpritPanel).show(b.result, b.status)
         self.query_one(StatusLine).show(self.app.status_text, self.app.status_error)
         self.refresh_bindings()
 
     _widths = (14, 16)
+    _keys: list = [c[0] for c in COLUMNS]
 
     def _fill_table(self) -> None:
         table = self.query_one("#bis-steps", DataTable)
         # the table spans the screen (steps above, culprit below): size it from the
         # terminal width, which is known before layout, so widths never depend on timing
-        self._widths = column_widths(self.app.size.width)
+        steps = self.app.state.bisect.steps
+        self._widths = column_widths(self.app.size.width, [s["kind"] for s in steps],
+                                     [s["region"] for s in steps])
         table.clear(columns=True)
         widths = {**FIXED_WIDTHS, "kind": self._widths[0], "region": self._widths[1]}
-        for key, label in COLUMNS:
+        cols = columns_for(self.app.size.width)
+        self._keys = [k for k, _ in cols]
+        for key, label in cols:
             table.add_column(label, key=key, width=widths[key])
         for s in self.app.state.bisect.steps:
-            table.add_row(*step_row(s, *self._widths), key=str(s["n"]))
+            table.add_row(*step_row(s, *self._widths, self._keys), key=str(s["n"]))
+
+    def _cursor_to_end(self) -> None:
+        table = self.query_one("#bis-steps", DataTable)
+        if table.row_count:
+            table.move_cursor(row=table.row_count - 1, animate=False)
 
     def on_resize(self) -> None:
         if self._ready:
@@ -129,7 +164,8 @@ class BisectionScreen(Screen):
             bar.update(total=None, progress=0)
         else:
             bar.update(total=total, progress=b.builds if b.status != "finished" else total)
-        lines = [f"state: {STATUS_WORD.get(b.status, b.status)}   builds {b.builds} of ~{total} expected"]
+        status = "found" if b.status == "finished" and b.result and b.result.get("culprits") else b.status
+        lines = [f"state: {STATUS_WORD.get(status, status)}   builds {b.builds} of ~{total} expected"]
         if b.status in ("cancelled", "interrupted"):
             recorded = len(b.steps) or b.recorded
             lines[0] += f"   ({recorded} step(s) recorded; r resumes)"
@@ -148,8 +184,7 @@ class BisectionScreen(Screen):
                 lines[-1] += f"   last: {short(last['region'], 24)} {'pass' if last['passed'] else 'FAIL'}"
         else:
             lines.append("candidate region: whole graph")
-        self.query_one("#bis-status", Static).update(
-            Text("\n".join(short(line, max(self.size.width - 2, 20)) for line in lines[:2])))
+        self.query_one("#bis-status", Static).update(Text("\n".join(lines[:2])))
 
     # -- actions -----------------------------------------------------------------------
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
@@ -177,7 +212,29 @@ class BisectionScreen(Screen):
         self.app.export(copy=True)
 
     def action_back(self) -> None:
+        if self.has_class("-max-steps") or self.has_class("-max-culprit"):
+            self.remove_class("-max-steps", "-max-culprit")
+            return
         self.app.pop_screen()
+
+    def action_fullscreen(self) -> None:
+        """The steps with every column, untruncated, on the whole screen; on the culprit
+        pane, that pane on the whole screen (f again restores)."""
+        if self.has_class("-max-steps") or self.has_class("-max-culprit"):
+            self.remove_class("-max-steps", "-max-culprit")
+            return
+        side = self.query_one("#bis-side")
+        on_culprit = self.focused is not None and (self.focused is side or side in self.focused.ancestors)
+        if on_culprit:
+            self.add_class("-max-culprit")
+            return
+        from bisect_tui.tui.screens.fullscreen import FullScreenTable
+
+        steps = self.app.state.bisect.steps
+        rows = [step_row(s, 200, 200) for s in steps]
+        table = self.query_one("#bis-steps", DataTable)
+        self.app.push_screen(FullScreenTable("Bisection steps", [label for _, label in COLUMNS], rows,
+                                             cursor=table.cursor_row or 0))
 
 
 __all__ = ["BisectionScreen"]

@@ -16,15 +16,20 @@ from bisect_tui.tui.widgets.stepviews import VIEWS
 
 
 class ChecklistScreen(Screen):
+    # short labels: with q Quit and ? Help they fit the footer at 80 columns; the rest
+    # (c, f, w, p, l, s) are in ? help and the command palette (ctrl+p)
     BINDINGS = [
-        Binding("r", "run_next", "Run next"),
-        Binding("a", "run_all", "Run all"),
+        Binding("r", "run_next", "Run"),
+        Binding("a", "run_all", "All"),
         Binding("x", "cancel", "Cancel"),
         Binding("o", "settings", "Settings"),
         Binding("b", "bisect", "Bisect"),
         Binding("e", "export", "Export"),
-        Binding("c", "copy", "Copy MD"),
+        Binding("c", "copy", "Copy MD", show=False),
         Binding("m", "models", "Models"),
+        Binding("f", "fullscreen", "Full screen", show=False),
+        Binding("w", "toggle_why", "Why panel", show=False),
+        Binding("p", "plot", "Plot PNG", show=False),
     ]
 
     def compose(self) -> ComposeResult:
@@ -38,12 +43,13 @@ class ChecklistScreen(Screen):
                 yield WhyPanel(id="why-inline", classes="why-inline")
             yield WhyPanel(id="why-side", classes="why-side")
         yield StatusLine(id="status")
-        yield Footer()
+        yield Footer(compact=True)
 
     _ready = False
 
     def on_mount(self) -> None:
         self._ready = True
+        self.set_class(not getattr(self.app, "why_shown", True), "-nowhy")
         self.query_one(StepList).focus()
         self.state_changed("all")
         st = self.app.state
@@ -114,14 +120,14 @@ class ChecklistScreen(Screen):
         st = self.app.state
         if action == "cancel":
             return busy
+        if busy and action in ("run_next", "run_all", "settings", "bisect", "export", "copy", "models"):
+            return False  # hidden while working: the footer then shows x Cancel, q Quit, ? Help
         if action in ("run_next", "run_all"):
             if st is not None and st.next_step() is None:
                 return False
-            return None if busy else True
+            return True
         if action in ("export", "copy"):
-            return None if busy or st is None or st.fused is None else True
-        if action in ("settings", "bisect", "models"):
-            return None if busy else True
+            return None if st is None or st.fused is None else True
         return True
 
     def action_run_next(self) -> None:
@@ -150,6 +156,40 @@ class ChecklistScreen(Screen):
 
     def action_models(self) -> None:
         self.app.open_picker()
+
+    def _current_view(self):
+        return self.query_one(f"#{self.query_one('#views', ContentSwitcher).current}")
+
+    def action_fullscreen(self) -> None:
+        """The focused table (or the current step's first table) on the whole screen."""
+        from textual.widgets import DataTable
+
+        from bisect_tui.tui.screens.fullscreen import FullScreenTable
+
+        focused = self.focused if isinstance(self.focused, DataTable) else None
+        view = self._current_view()
+        tables = [t for t in view.query(DataTable) if getattr(t, "full_data", None) and not t.has_class("hidden")]
+        table = focused if focused is not None and getattr(focused, "full_data", None) else (
+            tables[0] if tables else None)
+        if table is None:
+            self.app.set_status("no table on this step yet: run it first (r)")
+            return
+        title, columns, rows = table.full_data
+        profile = view.profile(self.app.state) if hasattr(view, "profile") else None
+        self.app.push_screen(FullScreenTable(title, columns, rows, profile, table.cursor_row or 0))
+
+    def action_toggle_why(self) -> None:
+        self.app.why_shown = not getattr(self.app, "why_shown", True)
+        for scr in self.app.screen_stack:
+            scr.set_class(not self.app.why_shown, "-nowhy")
+        self.app.set_status("why panel hidden: w shows it again" if not self.app.why_shown
+                            else "why panel shown: w hides it")
+        self.state_changed("all")
+
+    def action_plot(self) -> None:
+        """Overlaid baseline/fused value histograms of the selected output, as a PNG."""
+        self.select("fused")
+        self.app.save_value_plot(self._current_view().selected_output)
 
 
 __all__ = ["ChecklistScreen"]

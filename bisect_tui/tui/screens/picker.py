@@ -55,6 +55,47 @@ class Picked(Message):
         self.resume = resume
 
 
+class PickSuggest(Message):
+    """The model needs shapes or values: the picker fills the options field."""
+
+    def __init__(self, path: Path, flags: str, text: str) -> None:
+        super().__init__()
+        self.path = path
+        self.flags = flags
+        self.text = text
+
+
+def options_for(path: Path, flags: str):
+    """TriageOptions from input flags written as on the command line (the same
+    parser as `bisect-tui check`, so what works there works here)."""
+    import shlex
+
+    from bisect_tui.cli import build_parser, options_from_args
+    from bisect_tui.core.errors import UserError
+
+    try:
+        tokens = shlex.split(flags)
+    except ValueError as exc:
+        raise UserError(f"input options: {exc}") from None
+    allowed = {"--shape", "--input-value", "--input", "--input-range", "--seed", "--samples", "--session"}
+    for t in tokens:
+        if t.startswith("-") and t.split("=", 1)[0] not in allowed:
+            raise UserError(f"input options: {t} is not an input option here; use "
+                            + ", ".join(sorted(allowed)) + " (engine settings are in the settings form, o)")
+
+    import contextlib
+    import io
+
+    err = io.StringIO()
+    try:  # a typo is a line in the picker, never an exit or a print over the screen
+        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+            args = build_parser().parse_args(["check", str(path), *tokens])
+    except SystemExit:
+        line = err.getvalue().strip().splitlines()
+        raise UserError("input options: " + (line[-1].removeprefix("bisect-tui: error: ") if line else "not valid"))
+    return options_from_args(args)
+
+
 class PickFailed(Message):
     def __init__(self, text: str) -> None:
         super().__init__()
@@ -67,7 +108,8 @@ class PickerScreen(Screen):
     DEFAULT_CSS = """
     PickerScreen #picker { height: 1fr; padding: 0 1; }
     PickerScreen #intro { height: auto; margin-bottom: 1; }
-    PickerScreen #path { margin-bottom: 1; }
+    PickerScreen #path { margin-bottom: 0; }
+    PickerScreen #flags { margin-bottom: 1; }
     PickerScreen #choices { height: 1fr; border: round $primary-darken-2; }
     PickerScreen #choices:focus { border: round $primary; }
     """
@@ -84,9 +126,11 @@ class PickerScreen(Screen):
                 "Pick an ONNX model to triage, or a recent session to resume. Type a path and press "
                 "enter, or choose below with up/down and enter."), id="intro")
             yield Input(placeholder="path to a .onnx model or a session directory", id="path")
+            yield Input(placeholder="input options, as on the command line: --shape x=1x3x224x224 "
+                                    "--input-value sr=16000 --input data.npz", id="flags")
             yield OptionList(id="choices")
         yield StatusLine(id="status")
-        yield Footer()
+        yield Footer(compact=True)
 
     def on_mount(self) -> None:
         self.reload()
@@ -130,6 +174,18 @@ class PickerScreen(Screen):
         if kind:
             self.open_path(path, kind)
 
+    @on(Input.Submitted, "#flags")
+    def _flags_typed(self, event: Input.Submitted) -> None:
+        text = self.query_one("#path", Input).value.strip()
+        if not text:
+            choices = self.query_one("#choices", OptionList)
+            opt = choices.get_option_at_index(choices.highlighted) if choices.highlighted is not None else None
+            kind, path = self._ids.get((opt.id if opt else "") or "", (None, None))
+            if kind == "model":
+                self.open_path(path, kind)
+                return
+        self._typed(Input.Submitted(self.query_one("#path", Input), text))
+
     @on(Input.Submitted, "#path")
     def _typed(self, event: Input.Submitted) -> None:
         text = event.value.strip()
@@ -161,12 +217,15 @@ class PickerScreen(Screen):
             else:
                 kind = "model"
         self.query_one(StatusLine).show(f"checking {show_path(path)}...")
-        self._check(path, kind)
+        self._check(path, kind, self.query_one("#flags", Input).value)
 
     @work(thread=True, exclusive=True, group="picker", exit_on_error=False)
-    def _check(self, path: Path, kind: str) -> None:
-        """Load and validate in a thread: a big model must not freeze the screen."""
+    def _check(self, path: Path, kind: str, flags: str = "") -> None:
+        """Load and validate in a thread: a big model must not freeze the screen.
+        A model whose inputs need shapes gets a suggestion (that ran) in the
+        options field instead of an error after the checklist opened."""
         from bisect_tui.core.errors import UserError
+        from bisect_tui.core.input_suggest import InputsNeedValues
 
         try:
             if kind == "torch":
@@ -183,11 +242,20 @@ class PickerScreen(Screen):
                 opts = options_from_session(path)
                 self.app.post_message(Picked(opts, True))
             else:
+                from bisect_tui.core.input_suggest import check_config_inputs
+                from bisect_tui.core.inputs import resolve_shapes
                 from bisect_tui.core.model import load_model_info
-                from bisect_tui.core.pipeline import TriageOptions
 
-                load_model_info(path)
-                self.app.post_message(Picked(TriageOptions(model=path), False))
+                opts = options_for(path, flags)
+                info = load_model_info(path)
+                if not opts.input_file:
+                    resolve_shapes(info, opts.shapes, opts.input_values)
+                    check_config_inputs(info, opts.input_values, opts.input_ranges)
+                self.app.post_message(Picked(opts, False))
+        except InputsNeedValues as exc:
+            have = flags.strip()
+            flags_text = (have + " " if have else "") + " ".join(exc.suggestion.flags())
+            self.post_message(PickSuggest(path, flags_text.strip(), str(exc)))
         except UserError as exc:
             self.post_message(PickFailed(str(exc)))
         except Exception as exc:  # anything else is still one line here, never a traceback
@@ -195,6 +263,16 @@ class PickerScreen(Screen):
 
     def on_pick_failed(self, message: PickFailed) -> None:
         self.fail(message.text)
+
+    def on_pick_suggest(self, message: PickSuggest) -> None:
+        self.query_one("#path", Input).value = str(message.path)
+        flags = self.query_one("#flags", Input)
+        flags.value = message.flags
+        flags.focus()
+        self.query_one(StatusLine).show(
+            "this model's inputs need shapes or values: suggested options filled in below (they ran in a quick "
+            "probe); edit them or press enter to open", error=True)
+        self.notify(message.text[:400], title="inputs", severity="warning", timeout=12)
 
     def state_changed(self, what: str) -> None:
         pass

@@ -1,4 +1,5 @@
-"""Engine settings form: level, precision, config entries, disabled optimizers, tolerance.
+"""Settings form: the inputs (shapes, fixed values, an input file, seed, samples),
+the engine (level, precision, config entries, disabled optimizers) and the tolerance.
 
 Returns new TriageOptions with `dismiss(options)`, or None when cancelled.
 Every value is validated here (optimizer names against the installed engine)
@@ -19,10 +20,13 @@ from textual.containers import Horizontal, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, Select, Static
 
+from pathlib import Path
+
 from bisect_tui.core.errors import UserError
+from bisect_tui.core.inputs import parse_input_values, parse_shapes, value_text
 from bisect_tui.core.pipeline import TriageOptions
 from bisect_tui.core.tolerance import PRESETS, ToleranceSpec, parse_tolerance
-from bisect_tui.engines.base import LEVELS, PRECISIONS, EngineConfig
+from bisect_tui.engines.base import LEVELS, PRECISIONS
 
 
 def parse_entries(text: str) -> tuple[tuple[str, str], ...]:
@@ -38,6 +42,32 @@ def parse_entries(text: str) -> tuple[tuple[str, str], ...]:
             raise UserError(f"config entry {item!r}: empty key")
         out.append((k.strip(), v.strip()))
     return tuple(sorted(out))
+
+
+def split_items(text: str) -> list[str]:
+    """`x=1x3x224x224, batch=1` or `x=1x3x224x224 batch=1` -> one item each."""
+    return [t for t in text.replace(";", ",").replace(" ", ",").split(",") if t.strip()]
+
+
+def shapes_text(shapes: dict) -> str:
+    return ", ".join(f"{k}={'x'.join(map(str, v))}" for k, v in shapes.items())
+
+
+def values_text(values: dict) -> str:
+    return ", ".join(f"{k}={value_text(v)}" for k, v in values.items())
+
+
+def _int(label: str, text: str, default: int, low: int = 0) -> int:
+    t = text.strip()
+    if not t:
+        return default
+    try:
+        v = int(t)
+    except ValueError:
+        raise UserError(f"{label} {t!r} is not a whole number") from None
+    if v < low:
+        raise UserError(f"{label} must be at least {low}, got {v}")
+    return v
 
 
 def parse_names(text: str) -> tuple[str, ...]:
@@ -81,7 +111,9 @@ class SettingsScreen(ModalScreen[Optional[TriageOptions]]):
         border: round $primary; padding: 0 1; background: $surface;
     }
     SettingsScreen .row { height: auto; margin-bottom: 0; }
-    SettingsScreen .row > Label { width: 18; padding-top: 0; }
+    SettingsScreen .row > Label { width: 16; padding-top: 0; }
+    SettingsScreen .section { height: 1; text-style: bold; }
+    SettingsScreen #suggestion { height: auto; color: $text-warning; }
     SettingsScreen .row > Input, SettingsScreen .row > Select { width: 1fr; }
     SettingsScreen #preset-desc { height: auto; color: $text-muted; margin-bottom: 1; }
     SettingsScreen #form-error { height: auto; color: $text-error; text-style: bold; }
@@ -89,16 +121,45 @@ class SettingsScreen(ModalScreen[Optional[TriageOptions]]):
     SettingsScreen #buttons Button { margin-right: 2; }
     """
 
-    def __init__(self, options: TriageOptions) -> None:
+    def __init__(self, options: TriageOptions, suggestion=None) -> None:
         super().__init__()
         self.options = options
+        self.suggestion = suggestion  # input_suggest.Suggestion: prefills what the model needs
         self._known: Optional[set[str]] = None
 
     def compose(self) -> ComposeResult:
         c = self.options.config
+        o = self.options
         preset, custom = _preset_of(self.options.tolerance)
+        shapes, values = dict(o.shapes), dict(o.input_values)
+        sug = self.suggestion
+        if sug is not None:
+            shapes = {**sug.shapes, **shapes}
+            values = {**sug.values, **values}
         with VerticalScroll(id="form") as form:
-            form.border_title = "Engine settings (enter applies, escape cancels)"
+            form.border_title = "Settings (enter applies, escape cancels)"
+            yield Static("Inputs", classes="section")
+            if sug is not None:
+                yield Static(Text("suggested for this model's dynamic inputs"
+                                  + (f" ({'; '.join(sug.reasons)})" if sug.reasons else "")
+                                  + ("; it ran in a quick probe" if sug.probe == "ran" else "")), id="suggestion")
+            with Horizontal(classes="row"):
+                yield Label("shapes")
+                yield Input(shapes_text(shapes), id="shapes", compact=True,
+                            placeholder="e.g. x=1x3x224x224, batch=1 (an input or a dim name)")
+            with Horizontal(classes="row"):
+                yield Label("fixed values")
+                yield Input(values_text(values), id="values", compact=True,
+                            placeholder="e.g. sr=16000 (one value fills the input)")
+            with Horizontal(classes="row"):
+                yield Label("input file")
+                yield Input(str(o.input_file or ""), id="input-file", compact=True,
+                            placeholder=".npy/.npz with the exact inputs (empty: generated)")
+            with Horizontal(classes="row"):
+                yield Label("seed / samples")
+                yield Input(str(o.seed), id="seed", compact=True, placeholder="0")
+                yield Input(str(o.samples), id="samples", compact=True, placeholder="1")
+            yield Static("Engine", classes="section")
             with Horizontal(classes="row"):
                 yield Label("level")
                 yield Select([(lv, lv) for lv in LEVELS], value=c.level, allow_blank=False,
@@ -110,14 +171,15 @@ class SettingsScreen(ModalScreen[Optional[TriageOptions]]):
             with Horizontal(classes="row"):
                 yield Label("config entries")
                 yield Input(", ".join(f"{k}={v}" for k, v in c.config_entries), id="entries",
-                            placeholder="key=value, ... e.g. optimization.enable_gelu_approximation=1",
+                            placeholder="e.g. optimization.enable_gelu_approximation=1",
                             compact=True)
             with Horizontal(classes="row"):
                 yield Label("disable optim.")
                 yield Input(", ".join(c.disabled_optimizers), id="disabled",
-                            placeholder="optimizer names, e.g. GeluApproximation", compact=True)
+                            placeholder="e.g. GeluApproximation", compact=True)
+            yield Static("Tolerance", classes="section")
             with Horizontal(classes="row"):
-                yield Label("tolerance preset")
+                yield Label("preset")
                 yield Select([(name, name) for name in PRESETS], value=preset, allow_blank=False,
                              id="preset", compact=True)
             yield Static("", id="preset-desc")
@@ -132,7 +194,7 @@ class SettingsScreen(ModalScreen[Optional[TriageOptions]]):
 
     def on_mount(self) -> None:
         self._describe_preset()
-        self.query_one("#level", Select).focus()
+        self.query_one("#shapes" if self.suggestion is not None else "#level").focus()
         self._load_known()
 
     @work(thread=True, exclusive=True, group="known-optimizers", exit_on_error=False)
@@ -204,9 +266,19 @@ class SettingsScreen(ModalScreen[Optional[TriageOptions]]):
             _float("min cosine", self.query_one("#min_cosine", Input).value),
         )
         spec = ToleranceSpec(default=tol.default, overrides=self.options.tolerance.overrides)
-        config = EngineConfig(level=level, precision=precision, config_entries=entries,
-                              disabled_optimizers=disabled, providers=self.options.config.providers)
-        return dataclasses.replace(self.options, config=config, tolerance=spec)
+        # replace, not rebuild: settings the form does not show (keep-fp32 nodes, providers) stay
+        config = dataclasses.replace(self.options.config, level=level, precision=precision,
+                                     config_entries=entries, disabled_optimizers=disabled)
+        shapes = parse_shapes(split_items(self.query_one("#shapes", Input).value))
+        values = parse_input_values(split_items(self.query_one("#values", Input).value))
+        file_text = self.query_one("#input-file", Input).value.strip()
+        input_file = Path(file_text).expanduser() if file_text else None
+        if input_file is not None and not input_file.is_file():
+            raise UserError(f"input file not found: {input_file}")
+        seed = _int("seed", self.query_one("#seed", Input).value, 0)
+        samples = _int("samples", self.query_one("#samples", Input).value, 1, low=1)
+        return dataclasses.replace(self.options, config=config, tolerance=spec, shapes=shapes,
+                                   input_values=values, input_file=input_file, seed=seed, samples=samples)
 
     def apply(self) -> None:
         try:

@@ -19,13 +19,13 @@ class StepList(OptionList):
 
     DEFAULT_CSS = """
     StepList {
-        width: 30;
+        width: 27;
         height: 1fr;
         border: round $primary-darken-2;
         border-title-color: $text;
         padding: 0;
     }
-    StepList:focus { border: round $primary; }
+    StepList:focus { border: heavy $accent; }
     """
 
     def __init__(self, **kwargs) -> None:
@@ -150,7 +150,7 @@ class LabeledSparkline(Vertical):
     DEFAULT_CSS = """
     LabeledSparkline { height: auto; margin-top: 1; }
     LabeledSparkline > .spark-title { height: 1; text-style: bold; }
-    LabeledSparkline > Sparkline { height: 2; }
+    LabeledSparkline > Sparkline { height: 3; width: 100%; }
     LabeledSparkline > .spark-axis { height: 1; }
     LabeledSparkline > .spark-axis > Label { width: 1fr; color: $text-muted; }
     LabeledSparkline > .spark-axis > .right { text-align: right; }
@@ -164,8 +164,13 @@ class LabeledSparkline(Vertical):
             yield Label("", classes="right")
 
     def set(self, title: str, counts: Sequence[float], left: str = "", right: str = "") -> None:
-        self.query_one(".spark-title", Label).update(Text(title))
-        self.query_one(Sparkline).data = [float(c) for c in counts]
+        """Bar heights are 1 + log(1 + count) for a non-empty bin, 0 for an empty one:
+        with linear heights the one crowded bin flattens every other to nothing and
+        the histogram looks one cell wide; this way every value seen shows."""
+        import math
+
+        self.query_one(".spark-title", Label).update(Text(title + " (log count)" if counts else title))
+        self.query_one(Sparkline).data = [1.0 + math.log1p(float(c)) if c > 0 else 0.0 for c in counts]
         self.query_one(".spark-axis .left", Label).update(Text(left))
         self.query_one(".spark-axis .right", Label).update(Text(right))
 
@@ -175,7 +180,8 @@ class StatusLine(Static):
 
     DEFAULT_CSS = """
     StatusLine {
-        height: 1;
+        height: auto;
+        max-height: 2;
         padding: 0 1;
         background: $boost;
     }
@@ -184,4 +190,5 @@ class StatusLine(Static):
 
     def show(self, text: str, error: bool = False) -> None:
         self.set_class(error, "-error")
-        self.update(Text(text.splitlines()[0] if text else "", no_wrap=True, overflow="ellipsis"))
+        # two lines at most: long statuses wrap instead of losing their end
+        self.update(Text(text.splitlines()[0] if text else "", overflow="ellipsis"))

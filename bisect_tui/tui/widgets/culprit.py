@@ -7,7 +7,7 @@ from typing import Optional
 from rich.text import Text
 from textual.widgets import Static
 
-from bisect_tui.core.report import BISECT_VERDICT
+from bisect_tui.core.report import BISECT_VERDICT, distinct
 from bisect_tui.tui.format import fmt, shown
 
 
@@ -25,7 +25,8 @@ def culprit_text(result: Optional[dict], status: str = "idle") -> Text:
             t.append("No search yet. Press r to start the bisection.\n")
         return t
     verdict = result["verdict"]
-    mark = "✔" if verdict == "pass" else "✘"
+    # finding the culprit is the search succeeding; only an unexplained error is "?"
+    mark = "✔" if verdict in ("pass", "culprits") else "?"
     t.append(f"{mark} {BISECT_VERDICT.get(verdict, verdict)}\n", style="bold")
     t.append(f"{result['engine_builds']} engine build(s)"
              + (f", {result['reused_steps']} step(s) reused" if result.get("reused_steps") else "")
@@ -63,7 +64,8 @@ def culprit_text(result: Optional[dict], status: str = "idle") -> Text:
             t.append("  worst elements (truth / unfused / fused):\n", style="bold")
             for w in worst[:3]:
                 idx = ",".join(str(x) for x in w["index"]) if isinstance(w["index"], list) else w["index"]
-                t.append(f"    [{idx}] {fmt(w['truth'], 6)} / {fmt(w['unfused'], 6)} / {fmt(w['fused'], 6)}\n")
+                truth, unfused, fused = distinct([w["truth"], w["unfused"], w["fused"]])
+                t.append(f"    [{idx}] {truth} / {unfused} / {fused}\n")
     w = result.get("workaround")
     if w:
         t.append("\nWorkaround: ", style="bold")

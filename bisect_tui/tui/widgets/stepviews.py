@@ -36,7 +36,8 @@ class StepView(Vertical):
     StepView { height: auto; }
     StepView > .view-title { text-style: bold; height: 1; }
     StepView > .view-text { height: auto; }
-    StepView DataTable { height: 3; margin-top: 1; }
+    StepView DataTable { height: 3; margin-top: 1; border: round $primary-darken-3; }
+    StepView DataTable:focus { border: heavy $accent; }
     StepView .hidden { display: none; }
     """
 
@@ -58,8 +59,38 @@ class StepView(Vertical):
         pass
 
 
-def _fill(table: DataTable, columns: list[str], rows: list[list], max_height: int = 12) -> None:
+STEP_LIST_W = 27  # the checklist column (widgets/common.py)
+WHY_SIDE_W = 34  # the why panel beside the detail from 140 columns (app.tcss)
+
+
+def pane_width(app) -> int:
+    """Cells the detail pane gives a table, from the terminal width (known before
+    layout, so the hints never depend on timing)."""
+    w = app.size.width - STEP_LIST_W - 8  # the pane's border, padding and scrollbar; the table's border
+    if app.size.width >= 140 and getattr(app, "why_shown", True):
+        w -= WHY_SIDE_W
+    return max(w, 20)
+
+
+def _col_width(label: str, cells: list[list[Text]], i: int) -> int:
+    return min(max([cell_len(label)] + [r[i].cell_len for r in cells]), 40)
+
+
+def _fill(table: DataTable, columns: list[str], rows: list[list], max_height: int = 12,
+          title: str = "", optional: tuple[str, ...] = ()) -> None:
+    """Fill a table; `optional` columns (least useful first) leave the pane when
+    the rest would not fit. The full-screen view (f) always has every column."""
     cells = [[c if isinstance(c, Text) else T(c) for c in r] for r in rows]
+    table.full_data = (title or table.border_title or "table", list(columns), cells)
+    keep = list(range(len(columns)))
+    room = pane_width(table.app)
+    for name in optional:
+        if sum(_col_width(columns[i], cells, i) + 2 for i in keep) <= room:
+            break
+        keep.remove(columns.index(name))
+    dropped = len(columns) - len(keep)
+    columns = [columns[i] for i in keep]
+    cells = [[r[i] for i in keep] for r in cells]
     table.clear(columns=True)
     # Explicit column widths: DataTable measures new rows lazily, so its own widths
     # (and so the screen) would depend on when the screen is drawn.
@@ -68,10 +99,27 @@ def _fill(table: DataTable, columns: list[str], rows: list[list], max_height: in
         table.add_column(label, width=min(width, 40))
     for r in cells:
         table.add_row(*r)
-    # An explicit height (header + rows + a row for the horizontal scrollbar) instead of
-    # `auto`: the table's auto height is known only after it measured its new rows, so
-    # the layout would depend on timing.
-    table.styles.height = min(len(rows) + 2, max_height)
+    # An explicit height (header + rows + a row for the horizontal scrollbar + the border)
+    # instead of `auto`: the table's auto height is known only after it measured its new
+    # rows, so the layout would depend on timing.
+    table.styles.height = min(len(rows) + 4, max_height + 2)
+    widths = sum(_col_width(label, cells, i) + 2 for i, label in enumerate(columns))
+    hints = []
+    if widths > room:
+        hints.append("←→ scroll")
+    if dropped:
+        hints.append(f"{dropped} more column(s)")
+    if len(rows) > max_height - 1:
+        hints.append(f"↑↓ {len(rows)} rows")
+    hints.append("f full screen")
+    table.border_subtitle = " · ".join(hints)
+
+
+def _num(v, dtype: str) -> str:
+    """Integers as integers (a sample rate reads 16000, not 1.60e+04)."""
+    if v is not None and dtype.startswith(("int", "uint", "bool")):
+        return str(int(v))
+    return fmt(v)
 
 
 class InputsView(StepView):
@@ -94,13 +142,19 @@ class InputsView(StepView):
         if o.input_file:
             lines.append(f"inputs:  from file {show_path(o.input_file)}")
         else:
+            from bisect_tui.tui.screens.settings import shapes_text, values_text
+
             lines.append(f"inputs:  generated, seed {o.seed}, {o.samples} sample(s)"
-                         + (f", shapes {o.shapes}" if o.shapes else ""))
+                         + (f", shapes {shapes_text(o.shapes)}" if o.shapes else "")
+                         + (f", fixed {values_text(o.input_values)}" if o.input_values else ""))
         if st.inputs:
             arrays = st.inputs.get("arrays", [])
-            _fill(table, ["input", "dtype", "shape", "min", "max"],
+            table.border_title = "Inputs (how each was made)"
+            _fill(table, ["input", "dtype", "shape", "min", "max", "made as"],
                   [[a["name"], a["dtype"], "x".join(map(str, a["shape"])) or "scalar",
-                    fmt(a.get("min")), fmt(a.get("max"))] for a in arrays])
+                    _num(a.get("min"), a["dtype"]), _num(a.get("max"), a["dtype"]),
+                    (a.get("how") or "") + (f" values {a['values']}" if a.get("values") is not None else "")]
+                   for a in arrays])
             table.remove_class("hidden")
             ops = sorted(st.info["op_counts"].items(), key=lambda kv: (-kv[1], kv[0])) if st.info else []
             more.update(T(
@@ -109,6 +163,10 @@ class InputsView(StepView):
                 + (f", +{len(ops) - 8} more" if len(ops) > 8 else "")
                 + "\nThe exact inputs are saved as input.npz in the session: every engine gets the same data."
             ))
+        elif st.suggestion is not None:
+            table.add_class("hidden")
+            more.update(T("✘ " + st.input_error + "\n\nPress o: the settings form opens with these values "
+                          "filled in (shapes, fixed values, or an input file); enter applies, r runs."))
         else:
             table.add_class("hidden")
             more.update(T("Press r to load the model, fix the inputs and open the session."))
@@ -327,18 +385,24 @@ class ComparisonView(StepView):
     def compose_body(self) -> ComposeResult:
         from bisect_tui.tui.widgets.common import LabeledSparkline
 
+        from bisect_tui.tui.widgets.errorprofile import ErrorProfileChart
+
         yield Static("", classes="view-text", id="cmp-text")
         yield DataTable(id="cmp-table", cursor_type="row", zebra_stripes=True)
         yield Static("", classes="view-text", id="cmp-detail")
         yield LabeledSparkline(id="spark-ref")
         yield LabeledSparkline(id="spark-test")
         yield LabeledSparkline(id="spark-err")
+        yield Static(T("Error along the graph (each tensor's error / tolerance, log scale; f: full screen):",
+                       "bold"), classes="view-text", id="profile-title")
+        yield ErrorProfileChart(id="cmp-profile")
 
     def render_body(self, st: TriageState) -> None:
         text = self.query_one("#cmp-text", Static)
         table = self.query_one("#cmp-table", DataTable)
         widgets = [table, self.query_one("#cmp-detail"), self.query_one("#spark-ref"),
-                   self.query_one("#spark-test"), self.query_one("#spark-err")]
+                   self.query_one("#spark-test"), self.query_one("#spark-err"), self.query_one("#cmp-profile"),
+                   self.query_one("#profile-title")]
         f = st.fused
         self._fused = f
         if not f:
@@ -381,14 +445,32 @@ class ComparisonView(StepView):
             rows.append([short(name, 24), verdict_word(o["passed"]), failed, fmt(m["max_abs"]),
                          fmt(m["mean_abs"]), fmt(m["max_rel"]), fmt(m["cosine"], 6), fmt(m["snr_db"]),
                          ratio(o["verdict"].get("ratio"))])
+        table.border_title = "Outputs"
         _fill(table, ["output", "verdict", "failed", "max abs", "mean abs", "max rel", "cosine",
-                      "SNR dB", "x tol"], rows)
+                      "SNR dB", "x tol"], rows, title="Outputs: fused engine vs baseline",
+              optional=("mean abs", "SNR dB", "max rel"))
         for w in widgets:
             w.remove_class("hidden")
+        self.query_one("#cmp-profile").show(self.profile(st))
         first_fail = next((i for i, n in enumerate(self._names) if not f["outputs"][n]["passed"]), 0)
         if first_fail:
             table.move_cursor(row=first_fail)
         self.show_output(first_fail)
+
+    def profile(self, st: TriageState):
+        """The error along the graph, with the culprit's tensors once the search found them."""
+        from bisect_tui.core.plots import ErrorProfile, culprit_tensors
+
+        if not st.fused:
+            return None
+        return ErrorProfile.from_summary(st.fused.get("shared_tensors"), culprit_tensors(st.bisect.result))
+
+    @property
+    def selected_output(self) -> Optional[str]:
+        if not self._names:
+            return None
+        row = self.query_one("#cmp-table", DataTable).cursor_row or 0
+        return self._names[min(max(row, 0), len(self._names) - 1)]
 
     def show_output(self, i: int) -> None:
         from bisect_tui.tui.widgets.common import LabeledSparkline
@@ -417,8 +499,10 @@ class ComparisonView(StepView):
             "baseline (FP32 unfused) values", ref.get("counts", []), *edges(ref))
         self.query_one("#spark-test", LabeledSparkline).set(
             "fused engine values (same bins)", test.get("counts", []), *edges(test))
+        e = err.get("edges") or []
         self.query_one("#spark-err", LabeledSparkline).set(
-            "|fused - baseline| (log10)", err.get("counts", []), *edges(err, "1e", ""))
+            "|fused - baseline| (log10)", err.get("counts", []),
+            *((f"1e{e[0]:.1f}", f"1e{e[-1]:.1f}") if e else ("", "")))
 
     def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
         if event.data_table.id == "cmp-table":
@@ -437,7 +521,10 @@ class BisectSummaryView(StepView):
         lines = []
         if b.result:
             r = b.result
-            lines.append(f"verdict: {r['verdict']} ({r['engine_builds']} engine builds"
+            from bisect_tui.core.report import BISECT_VERDICT
+
+            mark = {"culprits": "✔ found:", "pass": "✔"}.get(r["verdict"], "?")
+            lines.append(f"{mark} {BISECT_VERDICT.get(r['verdict'], r['verdict'])} ({r['engine_builds']} engine builds"
                          + (f", {r.get('reused_steps')} steps reused" if r.get("reused_steps") else "") + ")")
             for i, c in enumerate(r["culprits"], 1):
                 lines.append(f"culprit {i}: {c['op_type']} from {', '.join(c['optimizers']) or '?'}")

@@ -1,0 +1,89 @@
+"""The settings of a triage as the user would type them on the command line.
+
+A report pasted into a bug tracker should say how to reproduce it; a Python
+dict of the config does not. Every value is quoted for a POSIX shell
+(`shlex.quote`): names come from models and may hold spaces or quotes.
+"""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+from typing import Optional
+
+from bisect_tui.core.tolerance import PRESETS
+
+_CRITERIA_FLAGS = (("atol", "--atol"), ("rtol", "--rtol"), ("min_cosine", "--min-cosine"))
+
+
+def _g(x: float) -> str:
+    return f"{x:g}"
+
+
+def command_argv(opts, command: str = "check", model_name: Optional[str] = None) -> list[str]:
+    """argv (without the program name) that reruns `opts`; the model as a file name
+    (paths of the reporter's machine mean nothing to the reader)."""
+    from bisect_tui.core.inputs import value_text
+
+    torch = getattr(opts, "torch", None)
+    if torch:  # the model and its example inputs come from the PyTorch factory
+        argv = [command, "--torch", torch["spec"]]
+        if torch.get("exporter", "auto") != "auto":
+            argv += ["--exporter", torch["exporter"]]
+    else:
+        argv = [command, model_name or Path(opts.model).name]
+    if torch:
+        pass
+    elif opts.input_file:
+        argv += ["--input", Path(opts.input_file).name]
+    else:
+        for name, dims in opts.shapes.items():
+            argv += ["--shape", f"{name}={'x'.join(map(str, dims))}"]
+        for name, v in opts.input_values.items():
+            argv += ["--input-value", f"{name}={value_text(v)}"]
+        for name, (lo, hi) in opts.input_ranges.items():
+            argv += ["--input-range", f"{name}={_g(lo)}:{_g(hi)}"]
+        if opts.seed:
+            argv += ["--seed", str(opts.seed)]
+        if opts.samples != 1:
+            argv += ["--samples", str(opts.samples)]
+    c = opts.config
+    if opts.engine != "ort":
+        argv += ["--engine", opts.engine]
+    if c.level != "all":
+        argv += ["--level", c.level]
+    if c.precision != "fp32":
+        argv += ["--precision", c.precision]
+    for k, v in c.config_entries:
+        argv += ["--ort-config", f"{k}={v}"]
+    for n in c.disabled_optimizers:
+        argv += ["--disable", n]
+    for n in getattr(c, "keep_fp32", ()):
+        argv += ["--keep-fp32", n]
+    tol = opts.tolerance.default
+    base = tol.name.split("+", 1)[0]
+    default_preset = "fp16" if c.precision == "fp16" else "fp32"
+    if base in PRESETS and base != default_preset:
+        argv += ["--preset", base]
+    if base in PRESETS and tol.name != base:
+        preset = PRESETS[base].tolerance
+        for field, flag in _CRITERIA_FLAGS:
+            v = getattr(tol, field)
+            if v is not None and v != getattr(preset, field):
+                argv += [flag, _g(v)]
+    for pattern, t in opts.tolerance.overrides:
+        parts = [f"{f}={_g(getattr(t, f))}" for f, _ in _CRITERIA_FLAGS if getattr(t, f) is not None]
+        argv += ["--tol", f"{pattern}:{','.join(parts)}"]
+    if opts.topk:
+        argv += ["--topk", str(opts.topk)]
+    if not opts.compare_tensors:
+        argv.append("--outputs-only")
+    if not opts.check_determinism:
+        argv.append("--no-determinism")
+    for t, lo, hi in opts.ranges:
+        argv += ["--range", f"{t}={_g(lo)}:{_g(hi)}"]
+    return argv
+
+
+def command_line(opts, command: str = "check", model_name: Optional[str] = None) -> str:
+    return "bisect-tui " + " ".join(shlex.quote(a) for a in command_argv(opts, command, model_name))
