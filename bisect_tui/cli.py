@@ -69,17 +69,9 @@ def _add_model_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--range", action="append", default=[], metavar="TENSOR=MIN:MAX",
                    help="expected value range of tensors (glob allowed) for the range check")
     e = p.add_argument_group("fused engine")
-    e.add_argument("--engine", default="ort", metavar="NAME", help="engine (default: ort = ONNX Runtime CPU)")
-    e.add_argument("--level", default="all", choices=["disable", "basic", "extended", "all"],
-                   help="graph optimization level of the fused engine (default all)")
-    e.add_argument("--precision", default="fp32", choices=["fp32", "fp16"], help="engine precision (default fp32)")
-    e.add_argument("--ort-config", action="append", default=[], metavar="KEY=VALUE",
-                   help="session config entry, e.g. optimization.enable_gelu_approximation=1")
-    e.add_argument("--disable", action="append", default=[], metavar="OPTIMIZER",
-                   help="disable an optimizer by name (checked against the installed ORT)")
-    e.add_argument("--keep-fp32", action="append", default=[], metavar="NODE",
-                   help="with --precision fp16: keep this original node in FP32 (a keep-set that "
-                        "`bisect` finds for you)")
+    from bisect_tui.engines.flags import add_engine_flags
+
+    add_engine_flags(e)  # the common core plus every engine's declared options
     t = add_tolerance_options(p, "the precision's")
     t.add_argument("--outputs-only", action="store_true",
                    help="compare final outputs only (skip the per-tensor comparison of the fused graph)")
@@ -219,35 +211,14 @@ def options_from_args(args: argparse.Namespace):
     from bisect_tui.core.pipeline import TriageOptions
     from bisect_tui.core.runner import parse_memory
     from bisect_tui.core.tolerance import parse_tolerance
-    from bisect_tui.engines import get_engine
-    from bisect_tui.engines.base import EngineConfig
+    from bisect_tui.engines.flags import config_from_args
 
     _check_numbers(args)
     _check_session_dir(args.session)
     for flag in ("json", "report", "bundle"):
         _check_output_file(getattr(args, flag, None), f"--{flag}")
-    engine = get_engine(args.engine)
-    disabled = tuple(dict.fromkeys(args.disable))
-    unknown = engine.unknown_optimizers(disabled) if disabled else []
-    if unknown:
-        import difflib
-
-        known = sorted(engine.known_optimizers())
-        hints = difflib.get_close_matches(unknown[0], known, n=3)
-        vers = engine.versions().get(engine.name if engine.name != "ort" else "onnxruntime", "")
-        raise UserError(
-            f"--disable {unknown[0]}: the installed engine ({engine.name} {vers}) does not know this "
-            f"optimizer and would silently ignore it"
-            + (f"; did you mean {', '.join(hints)}?" if hints else "")
-        )
-    config = EngineConfig(
-        level=args.level,
-        precision=args.precision,
-        config_entries=_kv_list(args.ort_config, "--ort-config"),
-        disabled_optimizers=disabled,
-        keep_fp32=tuple(sorted(set(args.keep_fp32))),
-    )
-    preset = args.preset or ("fp16" if args.precision == "fp16" else "fp32")
+    engine, config = config_from_args(args)  # validated by the engine itself
+    preset = args.preset or ({"fp16": "fp16", "bf16": "bf16"}.get(args.precision, "fp32"))
     tolerance = parse_tolerance(preset, args.atol, args.rtol, args.min_cosine, args.tol)
     torch_spec = None
     if getattr(args, "torch", None):
@@ -268,7 +239,7 @@ def options_from_args(args: argparse.Namespace):
         input_ranges=parse_value_ranges(args.input_range),
         input_values=parse_input_values(args.input_value),
         max_memory=parse_memory(args.max_memory) if args.max_memory else 0,
-        engine=args.engine,
+        engine=engine,
         config=config,
         tolerance=tolerance,
         ranges=parse_ranges(args.range),

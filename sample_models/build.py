@@ -547,6 +547,98 @@ def hann_fp16():
     }
 
 
+# --------------------------------------------------------------------------
+# OpenVINO samples (openvino_cases.json; verified by tests/test_engine_openvino.py)
+# --------------------------------------------------------------------------
+
+OV_NORM = {"channels": 8, "length": 64, "w_std": 0.2}
+
+
+def _ov_norm_head(name: str, seed: int, eps_shape: tuple[int, ...]):
+    """A projection (MatMul+Add, fused to one FullyConnected) feeding an RMS
+    normalization over the last axis with a per-channel eps (ReduceMean ->
+    Add(eps) -> Sqrt -> Div) and a Relu (fused into a snippet)."""
+    c, n = OV_NORM["channels"], OV_NORM["length"]
+    g = Graph(name, seed=seed)
+    x = g.input("x", [2, c, n])
+    h = linear(g, "proj", x, n, n, w_std=OV_NORM["w_std"])
+    sq = g.op("Mul", "norm/square", [h, h])
+    ms = g.op("ReduceMean", "norm/reduce", [sq], axes=[-1], keepdims=1)
+    eps = g.const("norm/eps_value", g.rng.uniform(0.5, 2.0, eps_shape).astype(np.float32))
+    mse = g.op("Add", "norm/add_eps", [ms, eps])
+    rms = g.op("Sqrt", "norm/sqrt", [mse])
+    hn = g.op("Div", "norm/div", [h, rms])
+    y = g.op("Relu", "act", [hn])
+    g.output(y, [2, c, n])
+    return g
+
+
+def ov_rmsnorm():
+    g = _ov_norm_head("ov_rmsnorm", 1111, (OV_NORM["channels"], 1))
+    desc = ("Projection + RMS norm over the last axis with a per-channel eps of shape (C,1). OpenVINO's CPU "
+            "plugin (2026.4, FP32) fuses the Add(eps) and the Sqrt into the ReduceMean as post-ops and applies "
+            "the per-channel eps along the wrong axis (error ~0.4 vs 1e-7 unfused); marking the ReduceMean's "
+            "output blocks the fusion and passes. onnxruntime passes at every level.")
+    return g.model(desc), {
+        "description": desc, "preset": "fp32", "engine": "openvino",
+        "passes_with": {"engine": "ort", **engine("all", "fp32")},
+        "breaks_with": {"engine": "openvino", "precision": "fp32"},
+        "expected_culprits": [["norm/reduce", "norm/add_eps", "norm/sqrt"]],
+        "culprit_op_type": "Reduce",
+        "workaround_marks": ["norm/reduce:0"],
+    }
+
+
+def ov_rmsnorm_ok():
+    g = _ov_norm_head("ov_rmsnorm_ok", 1212, ())
+    desc = ("The same head with a scalar eps: OpenVINO (FP32) fuses the same post-ops correctly and passes. "
+            "With --precision bf16 it fails the FP32 tolerance with every fusion blocked too: precision, "
+            "not a fusion.")
+    return g.model(desc), {
+        "description": desc, "preset": "fp32", "engine": "openvino",
+        "passes_with": {"engine": "openvino", "precision": "fp32"},
+        "breaks_with": {"engine": "openvino", "precision": "bf16"},
+        "expected_culprits": [],
+        "class": "precision",
+    }
+
+
+OV_OFFSET = {"offset": 1000.0, "gain": 0.01}
+
+
+def ov_layernorm_offset():
+    d = 64
+    g = Graph("ov_layernorm_offset", seed=1313)
+    x = g.input("x", [2, 16, d])
+    t = g.op("Mul", "sensor/gain", [x, g.const("sensor/gain_value", np.float32(OV_OFFSET["gain"]))])
+    t = g.op("Add", "sensor/offset", [t, g.const("sensor/offset_value", np.float32(OV_OFFSET["offset"]))])
+    y = layernorm(g, "ln", t, d)
+    g.output(y, [2, 16, d])
+    desc = ("Sensor readings with a large common offset (~1000, spread ~0.01) through a decomposed LayerNorm. "
+            "OpenVINO's CPU plugin (2026.4, FP32) turns the normalization into one MVN layer whose variance "
+            "computes differently (max abs error ~1.7e-2 vs the unfused FP32 baseline). Marking every interior "
+            "tensor does NOT remove the MVN (the plugin computes the marked tensors separately and keeps the "
+            "fusion): the search must judge the region in isolation, and no marking workaround exists. "
+            "Against a float64 truth the MVN is no worse than the unfused FP32 ops (the offset makes the "
+            "normalization ill-conditioned): this sample exercises the unblockable-fusion path, it is not a "
+            "kernel bug. (onnxruntime's own LayerNormFusion misses the tolerance here too.)")
+    return g.model(desc), {
+        "description": desc, "preset": "fp32", "engine": "openvino",
+        "passes_with": None,
+        "breaks_with": {"engine": "openvino", "precision": "fp32"},
+        "expected_culprits": [["ln/mean", "ln/sub", "ln/pow", "ln/var", "ln/add_eps", "ln/sqrt", "ln/div"]],
+        "culprit_op_type": "MVN",
+        "marking_blocks": False,
+    }
+
+
+OPENVINO_BUILDERS = {
+    "ov_rmsnorm.onnx": ov_rmsnorm,
+    "ov_rmsnorm_ok.onnx": ov_rmsnorm_ok,
+    "ov_layernorm_offset.onnx": ov_layernorm_offset,
+}
+
+
 BUILDERS = {
     "transformer_block.onnx": transformer_block,
     "cnn.onnx": cnn,
@@ -591,9 +683,14 @@ def _write_if_changed(path: Path, data: bytes) -> bool:
 
 
 def build(out: Path, verbose: bool = True) -> list[dict]:
-    out = Path(out)
+    cases = _build(Path(out), BUILDERS, "cases.json", "onnxruntime 1.32.0 (CPUExecutionProvider)", verbose)
+    _build(Path(out), OPENVINO_BUILDERS, "openvino_cases.json", "openvino 2026.4.1 (CPU)", verbose)
+    return cases
+
+
+def _build(out: Path, builders: dict, index: str, verified_with: str, verbose: bool) -> list[dict]:
     cases = []
-    for fname, fn in BUILDERS.items():
+    for fname, fn in builders.items():
         model, case = fn()
         data = model.SerializeToString()
         assert len(data) < 2 * 1024 * 1024, f"{fname} is {len(data)} bytes"
@@ -613,16 +710,16 @@ def build(out: Path, verbose: bool = True) -> list[dict]:
         "format": 1,
         "opset": OPSET,
         "ir_version": IR_VERSION,
-        "verified_with": "onnxruntime 1.32.0 (CPUExecutionProvider)",
+        "verified_with": verified_with,
         "inputs": ("for each graph input: (np.random.default_rng(0).standard_normal(shape) * input_scale)"
                    ".astype(np.float32)"),
         "baseline": engine("disable", "fp32"),
         "tolerances": TOLERANCES,
         "cases": cases,
     }
-    changed = _write_if_changed(out / "cases.json", (json.dumps(doc, indent=2) + "\n").encode())
+    changed = _write_if_changed(out / index, (json.dumps(doc, indent=2) + "\n").encode())
     if verbose:
-        print(f"{'wrote' if changed else 'unchanged'} {out / 'cases.json'}")
+        print(f"{'wrote' if changed else 'unchanged'} {out / index}")
     return cases
 
 

@@ -425,3 +425,42 @@ def test_bad_level_precision_provider_are_user_errors(block, tmp_path):
         build(block, tmp_path, precision="int4")
     with pytest.raises(UserError, match="NoSuchExecutionProvider"):
         build(block, tmp_path, providers=("NoSuchExecutionProvider",))
+
+
+# --------------------------------------------------------------------------- execution providers
+
+_EPS = ["cuda", "tensorrt", "openvino", "dnnl"]
+
+
+@pytest.mark.parametrize("short", _EPS)
+def test_execution_provider_option_runs_when_installed_and_refuses_cleanly_when_not(short, samples, tmp_path,
+                                                                                  capsys):
+    """`--ort-provider NAME` puts that provider before the CPU fallback; one the
+    installed onnxruntime lacks is refused with one line (ORT itself would warn
+    and silently run on CPU, comparing the wrong engine)."""
+    import onnxruntime
+
+    from bisect_tui.cli import main
+    from bisect_tui.engines.ort import PROVIDER_NAMES
+
+    full = PROVIDER_NAMES[short]
+    code = main(["check", str(samples / "cnn.onnx"), "--ort-provider", short, "--session", str(tmp_path / "s"),
+                 "--json", str(tmp_path / "r.json"), "-q"])
+    err = capsys.readouterr().err
+    if full not in onnxruntime.get_available_providers():
+        assert code == 2 and f"execution provider {full} is not available" in err
+        pytest.skip(f"{full} is not in this onnxruntime build ({onnxruntime.__version__}); refusal checked")
+    assert code in (0, 1), err
+    import json
+
+    assert json.loads((tmp_path / "r.json").read_text())["config"]["providers"] == [full, "CPUExecutionProvider"]
+
+
+def test_misspelt_session_config_key_is_refused_with_a_suggestion(samples, tmp_path, capsys):
+    from bisect_tui.cli import main
+
+    code = main(["check", str(samples / "cnn.onnx"), "--ort-config", "optimization.enable_gelu_aproximation=1",
+                 "--session", str(tmp_path / "s"), "-q"])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert "does not know this session config key" in err and "optimization.enable_gelu_approximation" in err

@@ -20,6 +20,40 @@ def _g(x: float) -> str:
     return f"{x:g}"
 
 
+def engine_argv(engine: str, c) -> list[str]:
+    """The engine's flags for `c`, from its declared options (values that differ from
+    the defaults), with the common --precision after the first of them."""
+    import json
+
+    from bisect_tui.engines.registry import declaration
+
+    out: list[str] = []
+    opts = list(declaration(engine).OPTIONS)
+    precision = ["--precision", c.precision] if c.precision != "fp32" else []
+    if not opts:
+        return precision
+    for i, opt in enumerate(opts):
+        value = opt.config_value(c)
+        if opt.kind == "mapping":
+            for k, v in value or ():
+                out += [opt.flag, f"{k}={v}"]
+        elif opt.kind == "list":
+            if isinstance(value, str):
+                try:
+                    value = json.loads(value)
+                except ValueError:
+                    value = [value]
+            for n in value or ():
+                if opt.field == "providers" and n == "CPUExecutionProvider":
+                    continue  # the fallback every provider list ends with
+                out += [opt.flag, str(n)]
+        elif value not in (None, "", opt.default):
+            out += [opt.flag, str(value)]
+        if i == 0:
+            out += precision
+    return out
+
+
 def command_argv(opts, command: str = "check", model_name: Optional[str] = None) -> list[str]:
     """argv (without the program name) that reruns `opts`; the model as a file name
     (paths of the reporter's machine mean nothing to the reader)."""
@@ -50,19 +84,12 @@ def command_argv(opts, command: str = "check", model_name: Optional[str] = None)
     c = opts.config
     if opts.engine != "ort":
         argv += ["--engine", opts.engine]
-    if c.level != "all":
-        argv += ["--level", c.level]
-    if c.precision != "fp32":
-        argv += ["--precision", c.precision]
-    for k, v in c.config_entries:
-        argv += ["--ort-config", f"{k}={v}"]
-    for n in c.disabled_optimizers:
-        argv += ["--disable", n]
+    argv += engine_argv(opts.engine, c)
     for n in getattr(c, "keep_fp32", ()):
         argv += ["--keep-fp32", n]
     tol = opts.tolerance.default
     base = tol.name.split("+", 1)[0]
-    default_preset = "fp16" if c.precision == "fp16" else "fp32"
+    default_preset = {"fp16": "fp16", "bf16": "bf16"}.get(c.precision, "fp32")
     if base in PRESETS and base != default_preset:
         argv += ["--preset", base]
     if base in PRESETS and tol.name != base:

@@ -146,7 +146,10 @@ class Triage:
         opts: TriageOptions,
         progress: ProgressFn = no_progress,
         cancel: Optional[CancelToken] = None,
+        engine=None,
     ):
+        """`engine`: the engine object to use (tests inject one); by default
+        the registry's engine named by `opts.engine`."""
         self.opts = opts
         self.progress = progress
         self.cancel = cancel or CancelToken()
@@ -161,7 +164,7 @@ class Triage:
         self.framework: Optional[dict] = None  # torch front end: golden data, cross-check, pitfalls
         self.arbiter: Optional[dict] = None
         self._torch = None  # frontends.torch.step.TorchPrepared
-        self._engine = None
+        self._engine = engine
 
     @property
     def max_memory(self) -> int:
@@ -343,6 +346,7 @@ class Triage:
                 per_sample.append(built.run(self.inputs.feeds(k)))
             self._save_fused_outputs(workdir, key, per_sample)
             fused_nodes = [n.to_dict() for n in built.fused_nodes]
+            precision_used = self._precision_used(built, config)
             atomic.write_json(workdir / "fused_nodes.json", fused_nodes)
             optimized = str(built.optimized_model_path) if built.optimized_model_path else None
         except EngineBuildError as exc:
@@ -378,6 +382,10 @@ class Triage:
             "checked_at": now_iso(),
             "engine": self.opts.engine,
             "sensitivity": sensitivity,
+            **({"precision_used": precision_used} if precision_used else {}),
+            # the engine's own words for its settings (the report's settings lines)
+            "engine_settings": [list(row) for row in self.engine.describe(config)]
+            if hasattr(self.engine, "describe") else [],
             "config": config.to_dict(),
             "passed": passed,
             "outputs": outputs,
@@ -394,6 +402,15 @@ class Triage:
         self.fused = result
         self.session.mark_step("fused", "passed" if passed else "failed")
         return result
+
+    def _precision_used(self, built, config: EngineConfig) -> Optional[dict]:
+        """What the compiled engine really runs, read back from it, and what it
+        would pick on its own; None when both are simply what was asked."""
+        used = built.precision_used() if hasattr(built, "precision_used") else config.precision
+        default = getattr(self.engine, "default_precision", lambda: None)()
+        if used == config.precision and default in (None, config.precision):
+            return None
+        return {"asked": config.precision, "used": used, "engine_default": default}
 
     def _save_fused_outputs(self, workdir: Path, key: str, per_sample: list[dict]) -> None:
         """The fused engine's final outputs, for the float64 arbiter (keys by
@@ -555,7 +572,6 @@ class Triage:
         """The JSON contract of `check` (documented in docs/check.md)."""
         assert self.info and self.session and self.inputs and self.baseline
         verdict = self.verdict()
-        from bisect_tui.engines import get_engine
 
         out = {
             "verdict": verdict,
@@ -575,6 +591,7 @@ class Triage:
             "determinism": self.determinism,
             "range_check": self.range_check,
             "engine": self.fused["engine"] if self.fused else None,
+            "engine_settings": (self.fused or {}).get("engine_settings") or [],
             "config": self.fused["config"] if self.fused else None,
             "outputs": self.fused["outputs"] if self.fused else {},
             "failing_outputs": self.fused["failing_outputs"] if self.fused else [],
@@ -582,7 +599,8 @@ class Triage:
             "shared_tensors": self.fused.get("shared_tensors") if self.fused else None,
             "sensitivity": self.fused.get("sensitivity") if self.fused else None,
             "engine_error": self.fused.get("error") if self.fused else None,
-            "versions": {**versions(), **get_engine(self.opts.engine).versions()},
+            **({"precision_used": self.fused["precision_used"]} if (self.fused or {}).get("precision_used") else {}),
+            "versions": {**versions(), **self.engine.versions()},
             # the settings as the user types them (the report shows these, not a dict)
             "command": {c: command_line(self.opts, c) for c in ("check", "bisect")},
             "framework": self.framework,

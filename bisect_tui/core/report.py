@@ -194,6 +194,8 @@ def check_text(s: dict) -> str:
             + f"; {len(s['fused_nodes'])} fused node(s)"
         )
         lines.append(f"tolerance: {term(tolerance_text(s['tolerance']))}")
+        if precision_used_line(s):
+            lines.append(precision_used_line(s))
         err = s.get("engine_error")
         if err:
             what = "failed to build" if err["kind"] == "build_error" else "failed while running"
@@ -335,6 +337,8 @@ def check_markdown(s: dict, title: Optional[str] = None, base: Optional[Path] = 
             f"engine {md_code(s['engine'])}, level {md_code(c['level'])}, precision {md_code(c['precision'])}; "
             f"config entries: {entries}; disabled optimizers: {disabled}",
             "",
+            *[f"- {md(str(k))}: {md(str(v))}" for k, v in s.get("engine_settings") or []],
+            *([""] if s.get("engine_settings") else []),
             _md_table(
                 ["output", "verdict", "max abs", "mean abs", "max rel", "cosine", "SNR dB", "failed criterion"],
                 [[_t(n), "PASS" if o["passed"] else "FAIL", fmt(o["metrics"]["max_abs"]),
@@ -435,7 +439,7 @@ def culprit_lines(c: dict, i: int) -> list[str]:
         + (" (an interaction: these fusions fail only together)" if c["interaction"] else "")
         + (f" [{c['kind']}]" if c.get("kind") in ("build_error", "run_error") else ""),
         f"  replaces original nodes: {', '.join(term(n) for n in c['original_nodes'])}",
-        f"  made by optimizer(s): {term(', '.join(c['optimizers'])) or 'unknown'}"
+        f"  made by optimizer(s): {term(', '.join(c['optimizers'])) or _no_pass_text(c) or 'unknown'}"
         + (" (confirmed: disabling removes the fused node)" if c["attribution"]["confirmed"] else "")
         + (f"; found by {term(c['attribution']['how'])}" if (c["attribution"].get("group_test") or {}).get("found")
            else ""),
@@ -506,6 +510,7 @@ def bisect_text(s: dict) -> str:
         lines.append(f"workaround: none found ({term(w['how'])})")
     if b.get("explanation"):
         lines.append(term(b["explanation"]))
+    lines += region_lines(b.get("region_isolation"))
     lj = b.get("local_judgement")
     if lj:
         from bisect_tui.core.bisect.local_judgement import summary_line
@@ -544,9 +549,47 @@ def evidence_lines(ev) -> list[str]:
     return lines
 
 
+def region_lines(ri) -> list[str]:
+    """Each fused region run alone through the engine on the baseline's tensors (model text escaped)."""
+    if not ri:
+        return []
+    out = [f"  region #{r['unit']} {term(r['op_type'])} '{term(r['fused_node'])}': "
+           + ("engine build failed alone" if r.get("build_error") else
+              f"{'breaks tolerance' if r['breaks_tolerance'] else 'within tolerance'} alone "
+              f"(max_abs {fmt(r.get('max_abs'))})") for r in ri.get("units", [])[:20]]
+    return ["region isolation (fusions that survived marking: "
+            + term(", ".join(ri.get("unblocked") or [])) + ")", *out]
+
+
+def _no_pass_text(c: dict) -> str:
+    """The attribution's own words when the engine has no pass switches."""
+    how = (c.get("attribution") or {}).get("how") or ""
+    return how if how.startswith("not attributed to a pass") else ""
+
+
+def precision_used_line(s: dict) -> str:
+    """The precision the compiled engine really ran (engines choose their own: OpenVINO picks bf16 by
+    default on a CPU with AVX-512 BF16); empty when it is what was asked and the engine's default agrees."""
+    pu = s.get("precision_used") or {}
+    if not pu or (pu.get("used") == pu.get("asked") and pu.get("engine_default") in (None, pu.get("asked"))):
+        return ""
+    line = f"precision: asked {pu.get('asked')}, the compiled engine runs {pu.get('used')}"
+    if pu.get("used") != pu.get("asked"):
+        line += " (NOT what was asked: the comparison is of another precision)"
+    if pu.get("engine_default") and pu["engine_default"] != pu.get("asked"):
+        line += (f"; without an explicit precision this engine would run {pu['engine_default']} here, "
+                 "so a plain run of it is not the precision you may think")
+    return line
+
+
 def precision_lines(p) -> list[str]:
     if not p:
         return []
+    if p.get("kind") == "precision_setting":
+        verdict = "passes" if p.get("passed") else "still fails"
+        return [f"precision setting: the full engine rebuilt in {p['precision'].upper()} {verdict} "
+                f"(x{fmt(p.get('ratio'))} of tolerance)" + (f"; setting: {term(p['setting'])}" if p.get("setting") else ""),
+                "  (this engine cannot keep single nodes in high precision, so no keep-set is searched)"]
     if not p.get("passed"):
         return [f"keep-set: none found in {p['builds']} builds ({p.get('explanation', 'see steps')})"]
     m = p["metrics"]
@@ -582,6 +625,9 @@ def bisect_markdown(s: dict, base: Optional[Path] = None) -> str:
                                      for w in c["worst_elements"]]), ""]
     if b.get("explanation"):
         parts += [_t(b["explanation"]), ""]
+    if b.get("region_isolation"):
+        parts += ["### Regions judged alone (marking did not block their fusions)",
+                  *_fenced(region_lines(b["region_isolation"])), ""]
     if b.get("stopped_reason"):
         parts += [f"**Stopped early:** {_t(b['stopped_reason'])}", ""]
     lj = b.get("local_judgement")
@@ -597,7 +643,8 @@ def bisect_markdown(s: dict, base: Optional[Path] = None) -> str:
         parts += ["### Where the error starts", *_fenced(evidence_lines(b["evidence"])), ""]
     p = b.get("precision")
     if p:
-        parts += ["### Keep-set: nodes to keep in FP32", *_fenced(precision_lines(p)), ""]
+        title = "Precision setting" if p.get("kind") == "precision_setting" else "Keep-set: nodes to keep in FP32"
+        parts += [f"### {title}", *_fenced(precision_lines(p)), ""]
         if p.get("seeds"):
             parts += [_md_table(["seed", "why"], [[_c(r["node"]), md(r["why"])] for r in p["seeds"]]), ""]
     parts += ["### Steps", _md_table(

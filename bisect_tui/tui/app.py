@@ -75,8 +75,9 @@ class BisectApp(App[int]):
     ]
 
     def __init__(self, options: Optional[TriageOptions] = None, resume: bool = False,
-                 max_builds: int = 200) -> None:
+                 max_builds: int = 200, engine=None) -> None:
         super().__init__()
+        self.engine = engine  # injected engine object (tests); None: the registry's, by name
         self.initial_options = options
         self.initial_resume = resume
         self.max_builds = max_builds
@@ -192,7 +193,7 @@ class BisectApp(App[int]):
     def _get_triage(self) -> Triage:
         assert self.state is not None
         if self.triage is None:
-            self.triage = Triage(self.state.options)
+            self.triage = Triage(self.state.options, engine=self.engine)
         return self.triage
 
     def _plan(self, targets: list[str]) -> list[str]:
@@ -761,7 +762,8 @@ class BisectApp(App[int]):
         self.notify(f"screenshot saved: {show_path(path)}", timeout=4)
 
 
-def make_app(options: Optional[TriageOptions] = None, resume: bool = False) -> BisectApp:
+def make_app(options: Optional[TriageOptions] = None, resume: bool = False, engine=None) -> BisectApp:
     """The app for the CLI and the tests: no options opens the model picker;
-    options open the checklist on that model; resume=True reloads its session."""
-    return BisectApp(options=options, resume=resume)
+    options open the checklist on that model; resume=True reloads its session;
+    `engine` injects an engine object (the tests' programmed fake engine)."""
+    return BisectApp(options=options, resume=resume, engine=engine)

@@ -135,6 +135,11 @@ def attribute(bisector, units: list[Unit], subgraph=None) -> dict:
     when no tag confirms, find the pass by group testing on the culprit's
     extracted subgraph, then confirm that one on the full engine."""
     engine = bisector.engine
+    caps = getattr(engine, "capabilities", None)
+    if caps is not None and not caps.pass_switches:
+        return {"tags": sorted({t for u in units for t in u.optimizers}), "candidates": [], "confirmed": [],
+                "group_test": None,
+                "how": f"not attributed to a pass: {getattr(engine, 'label', engine.name)} has no pass switches"}
     known = engine.known_optimizers()
     cands = candidate_optimizers(units, known)
     confirmed, rows = [], []
@@ -204,10 +209,9 @@ def find_workaround(bisector, culprits: list[list[Unit]], attributions: list[dic
     if passing:
         best_names, _ = max(passing, key=lambda p: (-len(p[0]), (p[1].fused_in_build or 0) if p[1] else 0))
         best = next(t for t in tried if t["disabled_optimizers"] == sorted(best_names) and t["passed"])
-        return {"kind": "disable_optimizers", "disabled_optimizers": sorted(best_names),
-                "full_engine": best, "tried": tried,
-                "how": "SessionOptions: InferenceSession(..., disabled_optimizers=[%s])"
-                       % ", ".join(repr(n) for n in sorted(best_names))}
+        found = {"kind": "disable_optimizers", "disabled_optimizers": sorted(best_names),
+                 "full_engine": best, "tried": tried}
+        return {**found, "how": bisector.engine.workaround_text(found)}
     # No optimizer switch helps: keep the culprits unfused by marking one interior tensor each.
     interior = [u.interior[0] for c in culprits for u in c if u.interior]
     if interior:
@@ -216,12 +220,11 @@ def find_workaround(bisector, culprits: list[list[Unit]], attributions: list[dic
                  "max_abs": step.max_abs, "summary": step.summary}
         tried.append(entry)
         if step.passed:
-            return {"kind": "mark_outputs", "disabled_optimizers": [], "marked_tensors": interior,
-                    "full_engine": entry, "tried": tried,
-                    "how": "add these tensors to the model's outputs to block the fusion: "
-                           + ", ".join(interior)}
-    return {"kind": None, "disabled_optimizers": [], "full_engine": None, "tried": tried,
-            "how": "no optimizer switch or marking restored tolerance; see the steps"}
+            found = {"kind": "mark_outputs", "disabled_optimizers": [], "marked_tensors": interior,
+                     "full_engine": entry, "tried": tried}
+            return {**found, "how": bisector.engine.workaround_text(found)}
+    none = {"kind": None, "disabled_optimizers": [], "full_engine": None, "tried": tried}
+    return {**none, "how": bisector.engine.workaround_text(none)}
 
 
 __all__ = ["attribute", "candidate_optimizers", "find_workaround", "group_test"]

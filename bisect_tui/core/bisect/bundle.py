@@ -138,40 +138,68 @@ if __name__ == "__main__":
 '''
 
 
+def write_ort_repro(dest: Path, spec) -> list[Path]:
+    """ONNX Runtime's repro for one isolated culprit (the ORT engine's
+    `write_repro`): the constant REPRO_SCRIPT plus repro.json holding every name."""
+    extra = spec.extra
+    title = (f"{extra.get('op_type')} fused by {', '.join(extra.get('optimizers') or []) or 'ONNX Runtime'} "
+             f"breaks tolerance ({extra.get('fused_node')})")
+    config = spec.config
+    data = {
+        "title": title,
+        "generated_by": f"bisect-tui {extra.get('version', '')}",
+        "fused_node": extra.get("fused_node"),
+        "original_nodes": list(extra.get("original_nodes") or []),
+        "inputs": list(extra.get("inputs") or []),
+        "outputs": list(spec.outputs),
+        "config": {
+            "level": config["level"], "precision": config["precision"],
+            "config_entries": dict(config.get("config_entries") or {}),
+            "disabled_optimizers": list(config.get("disabled_optimizers") or []),
+        },
+        "tolerance": spec.tolerance,
+    }
+    dest = Path(dest)
+    atomic.write_text(dest / "repro.json", json.dumps(data, indent=2))
+    atomic.write_text(dest / "repro.py", REPRO_SCRIPT)
+    return [dest / "repro.json", dest / "repro.py"]
+
+
 def write_bundle(dest: Path, culprits: list[dict], config: dict, tolerance: dict, report_md: str,
-                 version: str) -> Path:
-    """Zip each isolated culprit (see isolate.py for the files) with its repro.py:
-    the first in `repro/`, further ones in `repro_2/`, `repro_3/`..."""
+                 version: str, engine=None, workaround: dict | None = None) -> Path:
+    """Zip each isolated culprit (see isolate.py for the files) with the
+    engine's repro script: the first in `repro/`, further ones in `repro_2/`..."""
+    import tempfile
+
+    from bisect_tui.engines.base import ReproSpec
+
     buf = io.BytesIO()
     tol = {k: v for k, v in tolerance.items() if k in
            ("atol", "rtol", "max_abs", "mean_abs", "min_cosine", "max_fail_share")}
-    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as z:
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as z, \
+            tempfile.TemporaryDirectory(prefix="bisect_tui_repro_") as tmp:
         for i, culprit in enumerate(culprits, 1):
             folder = "repro" if i == 1 else f"repro_{i}"
             iso = culprit["isolated"]
             sub_dir = Path(iso["subgraph"]).parent
-            title = (f"{culprit['op_type']} fused by {', '.join(culprit['optimizers']) or 'ONNX Runtime'} "
-                     f"breaks tolerance ({culprit['fused_node']})")
-            spec = {
-                "title": title,
-                "generated_by": f"bisect-tui {version}",
-                "fused_node": culprit["fused_node"],
-                "original_nodes": list(culprit["original_nodes"]),
-                "inputs": list(iso.get("subgraph_inputs") or []),
-                "outputs": list(iso.get("subgraph_outputs") or []),
-                "config": {
-                    "level": config["level"], "precision": config["precision"],
-                    "config_entries": dict(config.get("config_entries") or {}),
-                    "disabled_optimizers": list(config.get("disabled_optimizers") or []),
-                },
-                "tolerance": tol,
-            }
+            spec = ReproSpec(
+                model_file="subgraph.onnx", inputs_file="inputs.npz", config=config,
+                outputs=list(iso.get("subgraph_outputs") or []), tolerance=tol,
+                reference={"file": "expected.npz", "name": "unfused FP32 (ORT_DISABLE_ALL)"},
+                workaround=workaround,
+                extra={"version": version, "op_type": culprit["op_type"], "fused_node": culprit["fused_node"],
+                       "optimizers": culprit["optimizers"], "original_nodes": culprit["original_nodes"],
+                       "inputs": list(iso.get("subgraph_inputs") or [])},
+            )
+            out = Path(tmp) / folder
+            out.mkdir()
+            written = (engine.write_repro(out, spec) if engine is not None else write_ort_repro(out, spec))
             for name in ("subgraph.onnx", "inputs.npz", "expected.npz", "truth_float64.npz"):
                 p = sub_dir / name
                 if p.exists():
                     z.write(p, f"{folder}/{name}")
-            z.writestr(f"{folder}/repro.json", json.dumps(spec, indent=2))
-            z.writestr(f"{folder}/repro.py", REPRO_SCRIPT)
+            for p in written:
+                z.write(p, f"{folder}/{p.name}")
         z.writestr("REPORT.md", report_md)
     atomic.write_bytes(Path(dest), buf.getvalue())
     return Path(dest)

@@ -37,11 +37,13 @@ def export_session(triage, summary: dict, result, with_plots: bool = True) -> tu
     if result and (result.get("culprits") or (result.get("precision") or {}).get("passed")):
         isolated = [c for c in result.get("culprits", []) if (c.get("isolated") or {}).get("subgraph")]
         paths["bundle.zip"] = str(write_bundle(session.path("bundle.zip"), isolated, summary["config"],
-                                               triage.opts.tolerance.default.to_dict(), md, __version__))
-        if (result.get("precision") or {}).get("passed") or result.get("engine_error"):
-            from bisect_tui.core.bisect.keepset_bundle import add_keepset_repro
-
-            add_keepset_repro(Path(paths["bundle.zip"]), triage, result, __version__)
+                                               triage.opts.tolerance.default.to_dict(), md, __version__,
+                                               triage.engine, result.get("workaround")))
+        # the keep-set repro is the engine's (ORT: its FP16 converter's node_block_list)
+        writer = getattr(triage.engine, "add_keepset_repro", None)
+        keepset = (result.get("precision") or {}).get("kind") != "precision_setting"
+        if writer and keepset and ((result.get("precision") or {}).get("passed") or result.get("engine_error")):
+            writer(Path(paths["bundle.zip"]), triage, result, __version__)
         _attach_plots(paths["bundle.zip"], plots)
     full["_plot_files"] = plots
     return full, md, paths

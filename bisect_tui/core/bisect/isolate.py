@@ -23,8 +23,7 @@ from bisect_tui.core.bisect.units import Unit
 from bisect_tui.core.errors import EnvironmentFault, UserError
 from bisect_tui.core.graph import node_inputs
 from bisect_tui.core.metrics import compare
-from bisect_tui.core.reference import to_float64
-from bisect_tui.core.runner import make_session
+from bisect_tui.core.reference import Float64Reference, OrtUnfusedReference
 from bisect_tui.core.tolerance import judge_arrays
 
 # the torch minifier's rule: an optimized result is "worse" when its error
@@ -64,22 +63,14 @@ def extract_subgraph(model: onnx.ModelProto, node_names: list[str], outputs: lis
 
 
 def float64_truth(sub: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> tuple[Optional[dict], str]:
-    m64 = to_float64(sub)
-    f64 = {k: (v.astype(np.float64) if v.dtype.kind == "f" else v) for k, v in feeds.items()}
+    """The float64 reference (core/reference.py) on one sample of a subgraph:
+    (outputs, what computed them), or (None, why not)."""
+    ref = Float64Reference(sub)
+    names = [o.name for o in sub.graph.output]
     try:
-        from onnx.reference import ReferenceEvaluator
-
-        outs = ReferenceEvaluator(m64).run(None, f64)
-        names = [o.name for o in m64.graph.output]
-        return dict(zip(names, outs)), "onnx.reference (float64)"
-    except Exception as exc:  # an op the reference evaluator lacks: try ORT in double
-        first = str(exc).splitlines()[0][:120] if str(exc) else type(exc).__name__
-        try:
-            sess = make_session(m64, "disable")
-            names = [o.name for o in sess.get_outputs()]
-            return dict(zip(names, sess.run(names, f64))), "onnxruntime (float64)"
-        except Exception:
-            return None, f"no float64 truth: {first}"
+        return ref.run(feeds, names), ref.ran_with or "float64"
+    except UserError as exc:
+        return None, f"no float64 truth: {str(exc)[:160]}"
 
 
 def _worst(truth: np.ndarray, unfused: np.ndarray, fused: np.ndarray, k: int = 5) -> list[dict]:
@@ -126,13 +117,12 @@ def isolate(triage, units: list[Unit], config, out_dir: Path) -> dict:
 
     stacked = {i: np.asarray(feed_array(i)) for i in sub_inputs}
     samples = triage.inputs.samples
-    unfused_sess = make_session(sub, "disable")
+    unfused = OrtUnfusedReference(sub)  # the baseline's own path, on the extracted region
     res_unfused, res_truth = [], []
     truth_how = ""
     for k in range(samples):
         feeds = {i: np.asarray(a[k], order="C") for i, a in stacked.items()}
-        names = [o.name for o in unfused_sess.get_outputs()]
-        res_unfused.append(dict(zip(names, unfused_sess.run(names, feeds))))
+        res_unfused.append(unfused.run(feeds, outputs))
         truth, truth_how = float64_truth(sub, feeds)
         res_truth.append(truth)
     atomic.save_npz(out_dir / "inputs.npz", stacked)

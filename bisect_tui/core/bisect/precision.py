@@ -106,7 +106,8 @@ def precision_search(bisector, triage, search: dict, max_builds: Optional[int] =
                       "max_abs": step.max_abs, "summary": step.summary, "error_kind": step.error_kind})
         return step.passed
 
-    out = {"engine_pin": "onnxruntime.transformers.float16.convert_float_to_float16(node_block_list=...)",
+    engine = bisector.engine
+    out = {"engine_pin": engine.workaround_text({"kind": "keep_fp32"}),
            "candidates": len(ranked), "seeds": seeds, "keep_fp32": [], "passed": False, "tests": tests}
     try:
         # the evidence first: when the seeds alone pass, "keep everything" needs no build
@@ -136,7 +137,7 @@ def precision_search(bisector, triage, search: dict, max_builds: Optional[int] =
         proof = bisector.evaluate(f"keep {len(keep)} in FP32", None, cfg.with_keep_fp32(keep))  # cached
         out.update(keep_fp32=keep, passed=proof.passed,
                    metrics={"ratio": proof.ratio, "max_abs": proof.max_abs, "summary": proof.summary})
-        out["setting"] = ("convert_float_to_float16(model, keep_io_types=True, node_block_list=%r)" % (keep,))
+        out["setting"] = engine.workaround_text({"kind": "keep_fp32", "keep_fp32": keep})
         # a shell line the user copies: every node name quoted
         out["cli"] = " ".join(f"--keep-fp32 {shlex.quote(n)}" for n in keep)
     except BuildBudgetExceeded as exc:

@@ -1,11 +1,13 @@
 """The fused-graph probe: the error at every fusion boundary in one run.
 
-ORT saves its optimized graph; reloaded at ORT_DISABLE_ALL it reproduces the
-fused session exactly, and *its* surviving tensors can be marked without
-undoing any fusion (they are already fused). Comparing each surviving tensor
-with its baseline twin tells, for every fused node, whether its inputs were
-still within tolerance while its outputs were not (its own error) or whether
-it only passes on error from upstream (inherited).
+The engine's observer sees the tensors the fused program itself computes,
+without undoing a fusion (ORT: its saved optimized graph reloaded at
+ORT_DISABLE_ALL reproduces the fused session exactly and its surviving tensors
+can be marked; OpenVINO: extra outputs at its runtime graph's own layer
+boundaries). Comparing each surviving tensor with its baseline twin tells, for
+every fused node, whether its inputs were still within tolerance while its
+outputs were not (its own error) or whether it only passes on error from
+upstream (inherited).
 """
 
 from __future__ import annotations
@@ -13,12 +15,11 @@ from __future__ import annotations
 from typing import Optional
 
 import numpy as np
-import onnx
 
 from bisect_tui.core.baseline import load_tensor, manifest_index
 from bisect_tui.core.bisect.units import Unit
 from bisect_tui.core.cancel import Progress
-from bisect_tui.core.runner import plan_groups, run_groups
+from bisect_tui.core.runner import plan_groups, release_memory
 from bisect_tui.core.tolerance import judge_arrays
 
 
@@ -46,24 +47,44 @@ class _ErrorSink:
         }
 
 
-def run_probe(triage, optimized_path: str, units: list[Unit], tolerance=None) -> dict:
+def _observe_groups(triage, observer, groups: list[list[str]], sink) -> None:
+    """Each group of tensors through the observer for every sample, streamed to `sink`."""
+    total = sum(len(g) for g in groups)
+    done = 0
+    for gi, group in enumerate(groups):
+        triage.cancel.check()
+        names: list[str] = []
+        for k in range(triage.inputs.samples):
+            triage.cancel.check()
+            values = observer.observe(triage.inputs.feeds(k), group)
+            if k == 0:
+                names = list(values)
+            for name in names:
+                if name in values:
+                    sink.write(name, k, values[name])
+            del values
+        for name in names:
+            sink.end(name)
+        release_memory()
+        done += len(group)
+        triage.progress(Progress("probe", f"fused-graph probe: group {gi + 1}/{len(groups)}", done, total))
+
+
+def run_probe(triage, optimized_path: str, units: list[Unit], tolerance=None, config=None) -> dict:
     """Per-tensor error of the fused graph and each unit's own vs inherited error."""
     tol = tolerance or triage.opts.tolerance.default
-    optimized = onnx.load(optimized_path)
+    observer = triage.engine.observer(triage.session.model_path, config or triage.opts.config, optimized_path)
     idx = manifest_index(triage.baseline.manifest)
-    shared: list[str] = []
-    for node in optimized.graph.node:
-        for o in node.output:
-            if o in idx and o not in shared:
-                shared.append(o)
+    shared = [t for t in dict.fromkeys(observer.tensors if observer else []) if t in idx]
     sizes = {t: idx[t]["bytes"] // max(triage.inputs.samples, 1) for t in shared}
     groups = plan_groups(shared, sizes, max(triage.max_memory // max(2 * triage.inputs.samples, 1), 16 << 20))
     sink = _ErrorSink(triage, tol)
-
-    def relay(p: Progress) -> None:
-        triage.progress(Progress("probe", f"fused-graph probe: {p.message}", p.done, p.total))
-
-    run_groups(optimized, groups, triage.inputs, sink, None, triage.cancel, relay, "probe")
+    try:
+        if observer is not None:
+            _observe_groups(triage, observer, groups, sink)
+    finally:
+        if observer is not None:
+            observer.close()
     errors = sink.errors
     order = {t: i for i, t in enumerate(triage.info.index.intermediate_tensors())}
     graph_inputs = set(triage.info.index.graph_inputs) | triage.info.index.initializers

@@ -158,7 +158,20 @@ def _run(triage, bis, probe, max_builds: int, max_culprits: int) -> dict:
     precision = None
     want_precision = bis.config.precision != "fp32" and (
         search["verdict"] == "not_fusion" or (workaround is not None and workaround.get("kind") is None))
-    if want_precision:
+    caps = getattr(triage.engine, "capabilities", None)
+    keepset = caps is None or caps.keep_high_precision
+    if want_precision and not keepset:
+        # no per-node precision pinning: prove (or refute) the precision setting itself
+        triage.progress(Progress("precision", "rebuilding the full engine in FP32"))
+        try:
+            step = bis.evaluate("precision setting: fp32", None, bis.config.with_precision("fp32"))
+            found = {"kind": "precision", "precision": "fp32"}
+            precision = {"kind": "precision_setting", "precision": "fp32", "passed": step.passed,
+                         "ratio": step.ratio, "max_abs": step.max_abs, "summary": step.summary,
+                         "setting": triage.engine.workaround_text(found)}
+        except BuildBudgetExceeded as exc:
+            precision = {"kind": "precision_setting", "precision": "fp32", "passed": False, "summary": str(exc)}
+    elif want_precision:
         triage.progress(Progress("precision", "searching the smallest set of nodes to keep in FP32"))
         precision = precision_search(bis, triage, search)
         if precision.get("passed") and search.get("engine_error"):

@@ -66,9 +66,15 @@ class Step:
     optimized: Optional[str] = None  # saved optimized graph (unmarked builds only)
     error_kind: Optional[str] = None  # build_error | run_error: the engine failed, not the numbers
     error: Optional[str] = None  # the engine's own message
+    # fused nodes the engine kept although a tensor inside them was marked
+    # (engines whose marking does not always block; None when not asked)
+    unblocked: Optional[list[str]] = None
 
     def to_dict(self) -> dict:
-        return dict(self.__dict__)
+        d = dict(self.__dict__)
+        if d.get("unblocked") is None:
+            d.pop("unblocked", None)
+        return d
 
 
 @dataclass
@@ -203,6 +209,7 @@ class Bisector:
         # the workaround all read instead of building again.
         workdir = self.engine_dir(config) if not marks else None
         error_kind = error = None
+        unblocked = None
         try:
             built = self.engine.build(self.session.model_path, config, marks, workdir)
         except EngineBuildError as exc:  # an EnvironmentFault (disk full...) is no step's verdict: it propagates
@@ -214,6 +221,8 @@ class Bisector:
             per_sample = None
             try:
                 per_sample = [built.run(self.t.inputs.feeds(k)) for k in range(self.t.inputs.samples)]
+                if marks and not self._marking_blocks:
+                    unblocked = [f.name for f in built.fusions_across(marks)]
                 if workdir is not None:  # marked builds skip the map: it costs as much as a build
                     try:
                         fused = built.fused_nodes
@@ -237,7 +246,7 @@ class Bisector:
             marks=len(marks), passed=j.passed, ratio=_finite(j.ratio), max_abs=_finite(j.max_abs),
             summary=j.summary, builds=self.builds, cached=False,
             seconds=time.perf_counter() - t0, fused_in_build=fused_count, key=key,
-            optimized=optimized, error_kind=error_kind, error=error,
+            optimized=optimized, error_kind=error_kind, error=error, unblocked=unblocked,
         )
         self.steps.append(step)
         self._append({**step.to_dict(), "at": now_iso()})
@@ -255,11 +264,28 @@ class Bisector:
         ))
 
     # --- the search ----------------------------------------------------------------
+    @property
+    def _keepset(self) -> bool:
+        caps = getattr(self.engine, "capabilities", None)
+        return caps is None or caps.keep_high_precision
+
+    @property
+    def _marking_blocks(self) -> bool:
+        caps = getattr(self.engine, "capabilities", None)
+        return caps is None or caps.marking_blocks
+
+    @property
+    def levels(self) -> tuple[str, ...]:
+        """The engine's optimization levels, lowest (everything off) first."""
+        caps = getattr(self.engine, "capabilities", None)
+        return tuple(caps.levels) if caps is not None else LEVELS
+
     def find_level(self) -> tuple[str, Step]:
         """Lowest optimization level (up to the user's) whose engine fails."""
-        top = LEVELS.index(self.config.level)
+        levels = self.levels
+        top = levels.index(self.config.level)
         last = None
-        for lvl in LEVELS[1 : top + 1]:
+        for lvl in levels[1 : top + 1]:
             cfg = self.config.with_level(lvl)
             step = self.evaluate(f"level {lvl}", None, cfg)
             last = (lvl, step)
@@ -390,7 +416,7 @@ class Bisector:
             return self._finish(result, t0)
         blocked = self.evaluate("all fusions blocked", None, marks=list(self._all_tensors))
         result["all_blocked"] = blocked.to_dict()
-        if self.amplifies() or self.config.level == "disable":
+        if self.amplifies() or self.config.level == self.levels[0] or len(self.levels) < 2:
             # in an amplifying model the lowest failing level only shows amplified reordering:
             # every fusion of the user's level is judged locally instead
             level = self.config.level
@@ -405,6 +431,19 @@ class Bisector:
             units, optimized = [], None
         result["units"] = [u.to_dict() for u in units]
         result["optimized_model"] = optimized
+        if not blocked.passed and blocked.unblocked and units and self.config.precision != "fp32":
+            # reduced precision: when the same engine in FP32 passes, the error is the precision's,
+            # whatever fusions survived the marking
+            fp32 = self.evaluate("full engine in FP32", None, self.config.with_precision("fp32"))
+            result["fp32_engine"] = fp32.to_dict()
+            blocked_unblocked = None if fp32.passed else blocked.unblocked
+        else:
+            blocked_unblocked = blocked.unblocked
+        if not blocked.passed and blocked_unblocked and units:
+            # marking is not this engine's switch for these fusions: judge each
+            # region alone, through the engine, on the baseline's own tensors
+            return self._finish(self._isolated_verdict(result, units, self.config.with_level(level),
+                                                       blocked_unblocked), t0)
         if not blocked.passed:
             result.update(
                 verdict="not_fusion", culprits=[],
@@ -412,8 +451,11 @@ class Bisector:
                 explanation=(
                     "the error stays with every fusion blocked (all tensors marked): it does not come "
                     "from a fusion that marking can switch off. Likely causes: "
-                    + ("the reduced precision (the keep-set search below names the nodes to keep in "
-                       "FP32), a kernel that differs without fusion, or a rewrite of a single op in place."
+                    + (("the reduced precision (the keep-set search below names the nodes to keep in "
+                        "FP32), a kernel that differs without fusion, or a rewrite of a single op in place."
+                        if self._keepset else
+                        "the reduced precision (the engine is rebuilt in FP32 below to prove it), a kernel "
+                        "that differs without fusion, or a rewrite of a single op in place.")
                        if self.config.precision != "fp32" else
                        "a kernel that differs without fusion, a rewrite of a single op in place, or a "
                        "layout transform (the engine runs FP32, so precision is not the cause).")
@@ -485,6 +527,37 @@ class Bisector:
         """The check's sensitivity: a 1-ulp input change already breaks the tolerance."""
         sens = (self.t.fused or {}).get("sensitivity") or {}
         return bool(sens.get("amplifies"))
+
+    def _isolated_verdict(self, result: dict, units: list[Unit], cfg_level: EngineConfig,
+                          unblocked: list[str]) -> dict:
+        """The engine-neutral second switch: when marking every tensor left
+        fusions in place, each fused region is extracted, fed the baseline's own
+        tensors, run through the engine and judged against the unfused result
+        (the rest of the graph is held at the baseline by construction)."""
+        from bisect_tui.core.bisect.isolate import isolate
+
+        rows, culprits = [], []
+        for u in units:
+            self.t.cancel.check()
+            self.t.progress(Progress("bisect", f"region #{u.index} {u.fused_node} alone through the engine",
+                                     u.index, len(units)))
+            iso = isolate(self.t, [u], cfg_level, self.dir / "regions" / f"unit_{u.index}")
+            worst = max((o.get("fused_vs_unfused", {}).get("max_abs") or 0.0
+                         for o in iso.get("outputs", {}).values()), default=None)
+            rows.append({"unit": u.index, "fused_node": u.fused_node, "op_type": u.op_type,
+                         "breaks_tolerance": bool(iso["reproduces"]), "max_abs": worst,
+                         "build_error": iso.get("build_error")})
+            if iso["reproduces"]:
+                culprits.append([u.index])
+        result["region_isolation"] = {"unblocked": list(unblocked), "units": rows}
+        result["culprits"] = culprits
+        result["verdict"] = "culprits" if culprits else "no_culprit"
+        result["explanation"] = (
+            f"marking every tensor did not switch off {len(unblocked)} fusion(s) ({', '.join(unblocked[:4])}"
+            f"{', ...' if len(unblocked) > 4 else ''}): the engine kept them behind the marked outputs, so "
+            "each fused region was run alone through the engine on the baseline's own tensors and judged "
+            f"there; {len(culprits)} break tolerance on their own")
+        return result
 
     def _local_verdict(self, result: dict, units: list[Unit], cfg_level: EngineConfig) -> dict:
         """In a model that amplifies rounding the outputs blame every fusion, so

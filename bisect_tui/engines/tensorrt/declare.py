@@ -8,18 +8,13 @@ from __future__ import annotations
 
 from bisect_tui.engines.tensorrt.options import TRT_PRECISIONS, TrtOptions
 
-try:  # the engine-neutral declarations (issue 9); older mains lack them
-    from bisect_tui.engines.base import Capabilities, EngineOption
-except ImportError:  # pragma: no cover - only before issue 9 lands
-    Capabilities = EngineOption = None
+from bisect_tui.engines.base import Capabilities, EngineOption
 
 OBSERVATION = ("debug tensors where the installed TensorRT has mark_unfused_tensors_as_debug_tensors "
                "(fusion kept, fused-away tensors absent); otherwise none")
 
 
 def _options():
-    if EngineOption is None:
-        return ()
     return (
         EngineOption("tf32", "choice", "off", "allow TF32 in FP32 layers (TensorRT enables it unless told; off "
                      "here so FP32 means FP32)", "--trt-tf32", "options.tf32", choices=("off", "on"),
@@ -38,8 +33,6 @@ def _options():
 
 
 def _capabilities():
-    if Capabilities is None:
-        return None
     return Capabilities(
         marking=True,
         # a Myelin region can write a marked tensor and stay one kernel: each

@@ -26,7 +26,7 @@ from bisect_tui.core.errors import UserError
 from bisect_tui.core.inputs import parse_input_values, parse_shapes, value_text
 from bisect_tui.core.pipeline import TriageOptions
 from bisect_tui.core.tolerance import PRESETS, ToleranceSpec, parse_tolerance
-from bisect_tui.engines.base import LEVELS, PRECISIONS
+from bisect_tui.engines.registry import declaration
 
 
 def parse_entries(text: str) -> tuple[tuple[str, str], ...]:
@@ -73,6 +73,19 @@ def _int(label: str, text: str, default: int, low: int = 0) -> int:
 def parse_names(text: str) -> tuple[str, ...]:
     names = [n.strip() for n in text.replace(";", ",").replace(" ", ",").split(",")]
     return tuple(dict.fromkeys(n for n in names if n))
+
+
+def _option_list(value) -> list[str]:
+    """A list option's current value: a tuple field, or the JSON list kept in `options`."""
+    if isinstance(value, str):
+        import json
+
+        try:
+            loaded = json.loads(value)
+        except ValueError:
+            return [value]
+        return [str(v) for v in loaded] if isinstance(loaded, list) else [str(loaded)]
+    return [str(v) for v in (value or ())]
 
 
 def _float(label: str, text: str) -> Optional[float]:
@@ -128,7 +141,6 @@ class SettingsScreen(ModalScreen[Optional[TriageOptions]]):
         self._known: Optional[set[str]] = None
 
     def compose(self) -> ComposeResult:
-        c = self.options.config
         o = self.options
         preset, custom = _preset_of(self.options.tolerance)
         shapes, values = dict(o.shapes), dict(o.input_values)
@@ -160,23 +172,7 @@ class SettingsScreen(ModalScreen[Optional[TriageOptions]]):
                 yield Input(str(o.seed), id="seed", compact=True, placeholder="0")
                 yield Input(str(o.samples), id="samples", compact=True, placeholder="1")
             yield Static("Engine", classes="section")
-            with Horizontal(classes="row"):
-                yield Label("level")
-                yield Select([(lv, lv) for lv in LEVELS], value=c.level, allow_blank=False,
-                             id="level", compact=True)
-            with Horizontal(classes="row"):
-                yield Label("precision")
-                yield Select([(p, p) for p in PRECISIONS], value=c.precision, allow_blank=False,
-                             id="precision", compact=True)
-            with Horizontal(classes="row"):
-                yield Label("config entries")
-                yield Input(", ".join(f"{k}={v}" for k, v in c.config_entries), id="entries",
-                            placeholder="e.g. optimization.enable_gelu_approximation=1",
-                            compact=True)
-            with Horizontal(classes="row"):
-                yield Label("disable optim.")
-                yield Input(", ".join(c.disabled_optimizers), id="disabled",
-                            placeholder="e.g. GeluApproximation", compact=True)
+            yield from self._engine_rows()
             yield Static("Tolerance", classes="section")
             with Horizontal(classes="row"):
                 yield Label("preset")
@@ -192,9 +188,57 @@ class SettingsScreen(ModalScreen[Optional[TriageOptions]]):
                 yield Button("Apply", id="apply", variant="primary", compact=True)
                 yield Button("Cancel", id="cancel", compact=True)
 
+    def _form_options(self) -> list:
+        """The engine's declared options shown here, with the common precision
+        after the first of them (ORT: level, precision, config entries, disable)."""
+        opts = [o for o in declaration(self.options.engine).OPTIONS if o.in_form]
+        return opts[:1] + [None] + opts[1:]
+
+    def _engine_rows(self):
+        c = self.options.config
+        for opt in self._form_options():
+            with Horizontal(classes="row"):
+                if opt is None:
+                    yield Label("precision")
+                    yield Select([(p, p) for p in declaration(self.options.engine).CAPABILITIES.precisions],
+                                 value=c.precision, allow_blank=False, id="precision", compact=True)
+                    continue
+                yield Label(opt.label or opt.name)
+                value = opt.config_value(c)
+                if opt.kind == "choice":
+                    yield Select([(v, v) for v in opt.choices], value=value, allow_blank=False,
+                                 id=opt.widget_id, compact=True)
+                    continue
+                if opt.kind == "mapping":
+                    text = ", ".join(f"{k}={v}" for k, v in value)
+                elif opt.kind == "list":
+                    text = ", ".join(_option_list(value))
+                else:
+                    text = "" if value in (None, opt.default) else str(value)
+                yield Input(text, id=opt.widget_id, placeholder=opt.placeholder, compact=True)
+
+    def _engine_values(self) -> dict:
+        """Raw values of the engine rows, by option name (engines/flags.option_fields parses them)."""
+        values: dict = {}
+        for opt in self._form_options():
+            if opt is None:
+                continue
+            if opt.kind == "choice":
+                values[opt.name] = str(self.query_one(f"#{opt.widget_id}", Select).value)
+                continue
+            text = self.query_one(f"#{opt.widget_id}", Input).value
+            if opt.kind == "mapping":
+                values[opt.name] = [f"{k}={v}" for k, v in parse_entries(text)]
+            elif opt.kind == "list":
+                values[opt.name] = list(parse_names(text))
+            else:
+                values[opt.name] = text.strip() or None
+        return values
+
     def on_mount(self) -> None:
         self._describe_preset()
-        self.query_one("#shapes" if self.suggestion is not None else "#level").focus()
+        first = next(o.widget_id for o in self._form_options() if o is not None)
+        self.query_one("#shapes" if self.suggestion is not None else "#" + first).focus()
         self._load_known()
 
     @work(thread=True, exclusive=True, group="known-optimizers", exit_on_error=False)
@@ -241,10 +285,13 @@ class SettingsScreen(ModalScreen[Optional[TriageOptions]]):
 
     def build(self) -> TriageOptions:
         """The options the form describes; UserError (one line) when a value is wrong."""
-        level = str(self.query_one("#level", Select).value)
+        from bisect_tui.engines.flags import option_fields
+
+        decl = declaration(self.options.engine)
+        values = self._engine_values()
         precision = str(self.query_one("#precision", Select).value)
-        entries = parse_entries(self.query_one("#entries", Input).value)
-        disabled = parse_names(self.query_one("#disabled", Input).value)
+        disabled = tuple(values.get("disable") or ()) if any(
+            o.field == "disabled_optimizers" for o in decl.OPTIONS) else ()
         if disabled:
             known = self._known
             if known is None:
@@ -258,6 +305,7 @@ class SettingsScreen(ModalScreen[Optional[TriageOptions]]):
                 raise UserError(
                     f"{unknown[0]}: the installed engine does not know this optimizer and would "
                     f"silently ignore it" + (f"; did you mean {', '.join(hints)}?" if hints else ""))
+        fields, engine_options = option_fields(decl, values)
         preset = str(self.query_one("#preset", Select).value)
         tol = parse_tolerance(
             preset,
@@ -266,9 +314,14 @@ class SettingsScreen(ModalScreen[Optional[TriageOptions]]):
             _float("min cosine", self.query_one("#min_cosine", Input).value),
         )
         spec = ToleranceSpec(default=tol.default, overrides=self.options.tolerance.overrides)
+        kept = {k: v for k, v in self.options.config.options if k not in
+                {o.field[len("options."):] for o in decl.OPTIONS if o.in_form and o.field.startswith("options.")}}
         # replace, not rebuild: settings the form does not show (keep-fp32 nodes, providers) stay
-        config = dataclasses.replace(self.options.config, level=level, precision=precision,
-                                     config_entries=entries, disabled_optimizers=disabled)
+        config = dataclasses.replace(self.options.config, precision=precision,
+                                     options=tuple(sorted({**kept, **engine_options}.items())), **fields)
+        from bisect_tui.engines import get_engine
+
+        get_engine(self.options.engine).validate(config)  # what the installed engine would ignore
         shapes = parse_shapes(split_items(self.query_one("#shapes", Input).value))
         values = parse_input_values(split_items(self.query_one("#values", Input).value))
         file_text = self.query_one("#input-file", Input).value.strip()

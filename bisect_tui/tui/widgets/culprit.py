@@ -44,7 +44,8 @@ def culprit_text(result: Optional[dict], status: str = "idle") -> Text:
         t.append(shown(", ".join(c["original_nodes"])) + "\n")
         confirmed = bool(c.get("attribution", {}).get("confirmed"))
         t.append("  optimizer(s): ", style="bold")
-        t.append(", ".join(c["optimizers"]) or "unknown")
+        how = (c.get("attribution") or {}).get("how") or ""
+        t.append(", ".join(c["optimizers"]) or (how if how.startswith("not attributed to a pass") else "unknown"))
         t.append(" (confirmed: disabling removes the fused node)\n" if confirmed else "\n")
         iso = c.get("isolated") or {}
         for name, o in (iso.get("outputs") or {}).items():

@@ -1,0 +1,507 @@
+"""ONNX Runtime as the fused engine.
+
+Why this module looks the way it does (facts checked in the project notes on ORT):
+
+* ORT refuses to fuse across a graph output, so "marked" tensors are simply
+  added to the graph outputs before the session is built.
+* The session saves its optimized graph (`optimized_model_filepath`); that file
+  is the only reliable view of what ORT fused, and reloading it at
+  ORT_DISABLE_ALL reproduces the fused outputs bit for bit.
+* Fused nodes keep the output tensor names of the last original node they
+  replace, so the fused-node map is computed from *tensor* names
+  (`fused_node_map`), never from node names.
+* ORT silently ignores optimizer names it does not know, and the names changed
+  between releases. `known_optimizers` learns the names from the installed
+  native library (a superset check) and `confirm_optimizer_effect` proves that
+  disabling a name really changes the optimized graph.
+
+onnxruntime is imported inside functions so that importing this module (and
+`bisect-tui --help`) stays fast. Every API used exists in onnxruntime 1.16.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+import uuid
+import weakref
+from pathlib import Path
+from typing import Collection, Iterable, Optional
+
+import numpy as np
+import onnx
+
+from bisect_tui.core.errors import EngineBuildError, EngineRunError, EnvironmentFault, UserError
+from bisect_tui.core.graph import mark_outputs, tensor_types
+from bisect_tui.engines.base import (
+    LEVELS,
+    EngineConfig,
+    FusedNode,
+    ReproSpec,
+    did_you_mean,
+)
+
+from bisect_tui.engines.ort import CAPABILITIES, OPTIONS, ORT_PRECISIONS, PROVIDER_NAMES  # noqa: E402
+
+from bisect_tui.core.onnx_files import (  # noqa: F401  (the old private names, kept for callers)
+    ensure_named as _ensure_named,
+    existing_tensors as _existing_tensors,
+    file_hash as _file_hash,
+    first_line as _first_line,
+    load_model as _load,
+    model_size_estimate as _model_size_estimate,
+    tensor_bytes as _tensor_bytes,
+    uses_external_data as _uses_external_data,
+    uses_external_data_file as _uses_external_data_file,
+)
+from bisect_tui.core.onnx_files import save_model as _save_any
+from bisect_tui.engines.ort.fusedmap import fused_node_map  # noqa: F401
+from bisect_tui.engines.ort.passes import (  # noqa: F401
+    confirm_optimizer_effect,
+    known_config_keys,
+    known_optimizers,
+    modifying_passes,
+    optimizer_tags,
+    unknown_config_keys,
+    unknown_optimizers,
+    versions,
+)
+
+_LEVEL_NAMES = {
+    "disable": "ORT_DISABLE_ALL",
+    "basic": "ORT_ENABLE_BASIC",
+    "extended": "ORT_ENABLE_EXTENDED",
+    "all": "ORT_ENABLE_ALL",
+}
+
+
+
+def _threshold() -> int:
+    """Model size above which weights go to an external file; read from the
+    package (`bisect_tui.engines.ort._EXTERNAL_DATA_THRESHOLD`) so a test can lower it."""
+    import bisect_tui.engines.ort as pkg
+
+    return pkg._EXTERNAL_DATA_THRESHOLD
+
+
+def _save_model(model: onnx.ModelProto, path: Path) -> None:
+    _save_any(model, path, _threshold())
+
+
+def _ort_errors() -> tuple[type[BaseException], ...]:
+    """Exception classes ORT raises for a bad model or option (version independent)."""
+    from onnxruntime.capi import onnxruntime_pybind11_state as C
+
+    classes: list[type[BaseException]] = [RuntimeError, ValueError]
+    for name in dir(C):
+        obj = getattr(C, name)
+        if isinstance(obj, type) and issubclass(obj, Exception):
+            classes.append(obj)
+    return tuple(classes)
+
+
+def _build_error(e: BaseException) -> EngineBuildError:
+    return EngineBuildError(f"ONNX Runtime could not build the fused engine: {_first_line(e)}", _first_line(e))
+
+
+def _run_error(e: BaseException) -> EngineRunError:
+    return EngineRunError(f"ONNX Runtime failed running the fused engine: {_first_line(e)}", _first_line(e))
+
+
+def _validate(config: EngineConfig) -> None:
+    if config.level not in LEVELS:
+        raise UserError(f"unknown optimization level {config.level!r}; use one of {', '.join(LEVELS)}")
+    if config.precision not in ORT_PRECISIONS:
+        raise UserError(f"precision {config.precision!r} is not one ONNX Runtime CPU runs here; "
+                        f"use one of {', '.join(ORT_PRECISIONS)}")
+    import onnxruntime
+
+    available = onnxruntime.get_available_providers()
+    missing = [p for p in config.providers if p not in available]
+    if missing:
+        # ORT would warn and silently fall back to CPU, comparing the wrong engine
+        raise UserError(
+            f"execution provider {missing[0]} is not available in this onnxruntime "
+            f"({onnxruntime.__version__}); available: {', '.join(available)}"
+        )
+
+
+def _fp16_model_path(model_path: Path, workdir: Path, keep_fp32: Collection[str] = ()) -> Path:
+    """The fp16 conversion of `model_path`, cached in workdir by source hash
+    and keep-set.
+
+    Conversion is deterministic but not free on big models and a bisection
+    builds dozens of engines from the same source, so convert once. The
+    keep-set goes to the converter's `node_block_list`: those original nodes
+    stay FP32, with casts around them."""
+    keep = sorted(set(keep_fp32))
+    tag = "" if not keep else "_keep" + hashlib.sha1("\n".join(keep).encode()).hexdigest()[:10]
+    cached = workdir / f"fp16_{_file_hash(model_path)}{tag}.onnx"
+    if cached.exists():
+        return cached
+    from onnxruntime.transformers.float16 import convert_float_to_float16
+
+    model = _load(model_path)
+    try:
+        converted = convert_float_to_float16(model, keep_io_types=True, node_block_list=keep or None)
+    except Exception as e:  # the converter asserts on models it cannot handle
+        raise EngineBuildError(f"could not convert the model to fp16: {_first_line(e)}", _first_line(e)) from None
+    _save_model(converted, cached)
+    return cached
+
+
+# --------------------------------------------------------------------------- engine
+
+
+class OrtBuilt:
+    """A built ORT session plus what is needed to explain it (the saved optimized graph)."""
+
+    def __init__(
+        self,
+        session,
+        config: EngineConfig,
+        source_path: Path,
+        optimized_model_path: Optional[Path],
+        unmarkable: list[str],
+        tmpdir: Optional[tempfile.TemporaryDirectory] = None,
+    ):
+        self._session = session
+        self.config = config
+        self.source_path = source_path
+        self.optimized_model_path: Optional[Path] = optimized_model_path
+        self.unmarkable = unmarkable
+        self.output_names: list[str] = [o.name for o in session.get_outputs()]
+        self._fused: Optional[list[FusedNode]] = None
+        self._tmpdir = tmpdir
+        if tmpdir is not None:
+            # the temp dir lives as long as this object, even without close()
+            self._finalizer = weakref.finalize(self, tmpdir.cleanup)
+
+    @property
+    def fused_nodes(self) -> list[FusedNode]:
+        """Computed on first use: loading both graphs costs time the run path doesn't need."""
+        if self._fused is None:
+            if self.optimized_model_path is None or not self.optimized_model_path.exists():
+                raise RuntimeError("the optimized model is gone (engine closed?)")
+            original = _load(self.source_path, load_external=False)
+            optimized = onnx.load(str(self.optimized_model_path), load_external_data=False)
+            self._fused = fused_node_map(original, optimized, known_optimizers())
+        return self._fused
+
+    def run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """All outputs (graph outputs, then marked tensors) by name."""
+        if self._session is None:
+            raise RuntimeError("engine is closed")
+        try:
+            values = self._session.run(self.output_names, feeds)
+        except _ort_errors() as e:
+            # the engine built but its kernels fail on these inputs: a finding
+            raise _run_error(e) from None
+        return dict(zip(self.output_names, values))
+
+    def observe(self, feeds: dict[str, np.ndarray], tensors) -> dict[str, np.ndarray]:
+        if self.optimized_model_path is None:
+            return {}
+        return OrtObserver(self.optimized_model_path).observe(feeds, tensors)
+
+    def fusions_across(self, marks) -> list[FusedNode]:
+        return []  # ORT never fuses across a graph output
+
+    def precision_used(self) -> str:
+        return self.config.precision
+
+    def close(self) -> None:
+        """Release the session (its memory) and the temp dir if this object owns one."""
+        self._session = None
+        if self._tmpdir is not None:
+            self._finalizer()
+            self._tmpdir = None
+            self.optimized_model_path = None
+
+
+class OrtObserver:
+    """The fused program's own tensors, read from ORT's saved optimized graph.
+
+    Reloaded at ORT_DISABLE_ALL that graph reproduces the fused session, and
+    its tensors can be marked without undoing a fusion (they are already
+    fused). One session per tensor group, reused for every sample."""
+
+    def __init__(self, optimized_path: Path):
+        self.model = onnx.load(str(optimized_path))
+        self._group: Optional[tuple[str, ...]] = None
+        self._session = None
+
+    @property
+    def tensors(self) -> list[str]:
+        """Every tensor the fused program computes, in its node order."""
+        return list(dict.fromkeys(o for n in self.model.graph.node for o in n.output if o))
+
+    def observe(self, feeds: dict[str, np.ndarray], tensors) -> dict[str, np.ndarray]:
+        from bisect_tui.core.runner import make_session
+
+        group = tuple(tensors)
+        if group != self._group:
+            self._session = None
+            self._session = make_session(mark_outputs(self.model, list(group), keep_original=False))
+            self._group = group
+        names = [o.name for o in self._session.get_outputs()]
+        try:
+            values = self._session.run(names, feeds)
+        except Exception as exc:
+            msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise UserError(f"ONNX Runtime failed to run the model: {msg[:300]}") from None
+        return {n: v for n, v in zip(names, values) if isinstance(v, np.ndarray)}
+
+    def close(self) -> None:
+        self._session = None
+
+
+class OrtEngine:
+    """ONNX Runtime engine (see module docstring for the facts it relies on)."""
+
+    name = "ort"
+    label = "ONNX Runtime"
+    library = "onnxruntime"
+    options = OPTIONS
+    capabilities = CAPABILITIES
+
+    def validate(self, config: EngineConfig) -> None:
+        """Every value checked against the installed ORT, which would ignore a
+        misspelt optimizer or config key and silently fall back to CPU for a
+        missing provider."""
+        _validate(config)
+        bad = unknown_optimizers(config.disabled_optimizers)
+        if bad:
+            import onnxruntime
+
+            raise UserError(
+                f"--disable {bad[0]}: the installed engine (ort {onnxruntime.__version__}) does not know this "
+                "optimizer and would silently ignore it" + did_you_mean(bad[0], known_optimizers()))
+        keys = unknown_config_keys(k for k, _ in config.config_entries)
+        if keys:
+            import onnxruntime
+
+            raise UserError(
+                f"--ort-config {keys[0]}: onnxruntime {onnxruntime.__version__} does not know this session "
+                "config key and would silently ignore it" + did_you_mean(keys[0], known_config_keys()))
+
+    @staticmethod
+    def providers_for(names) -> tuple[str, ...]:
+        """`--ort-provider cuda` -> (CUDAExecutionProvider, CPUExecutionProvider): the CPU
+        provider stays last as the fallback for ops the chosen one lacks."""
+        chosen = []
+        for n in names:
+            full = PROVIDER_NAMES.get(str(n).lower(), str(n))
+            if full not in chosen:
+                chosen.append(full)
+        if "CPUExecutionProvider" not in chosen:
+            chosen.append("CPUExecutionProvider")
+        return tuple(chosen)
+
+    @staticmethod
+    def available_providers() -> list[str]:
+        import onnxruntime
+
+        return list(onnxruntime.get_available_providers())
+
+    def describe(self, config: EngineConfig) -> list[tuple[str, str]]:
+        return [
+            ("engine", f"ONNX Runtime, {_LEVEL_NAMES.get(config.level, config.level)}, "
+                       f"{config.precision.upper()}, {', '.join(config.providers)}"),
+            ("session config", ", ".join(f"{k}={v}" for k, v in config.config_entries) or "(none)"),
+            ("disabled optimizers", ", ".join(config.disabled_optimizers) or "(none)"),
+        ] + ([("kept in FP32", ", ".join(config.keep_fp32))] if config.keep_fp32 else [])
+
+    def workaround_text(self, workaround) -> str:
+        kind = workaround.get("kind")
+        if kind == "disable_optimizers":
+            return ("SessionOptions: InferenceSession(..., disabled_optimizers=[%s])"
+                    % ", ".join(repr(n) for n in workaround.get("disabled_optimizers") or []))
+        if kind == "mark_outputs":
+            return ("add these tensors to the model's outputs to block the fusion: "
+                    + ", ".join(workaround.get("marked_tensors") or []))
+        if kind == "keep_fp32":
+            if workaround.get("keep_fp32"):
+                return ("convert_float_to_float16(model, keep_io_types=True, node_block_list=%r)"
+                        % (list(workaround["keep_fp32"]),))
+            return "onnxruntime.transformers.float16.convert_float_to_float16(node_block_list=...)"
+        return "no optimizer switch or marking restored tolerance; see the steps"
+
+    def observer(self, model_path: Path, config: EngineConfig, optimized_path: Optional[str]):
+        """What the fused-graph probe reads (None when no optimized graph was saved)."""
+        if not optimized_path or not Path(optimized_path).exists():
+            return None
+        return OrtObserver(Path(optimized_path))
+
+    def write_repro(self, dest: Path, spec: ReproSpec) -> list[Path]:
+        from bisect_tui.core.bisect.bundle import write_ort_repro
+
+        return write_ort_repro(dest, spec)
+
+    def add_keepset_repro(self, bundle: Path, triage, result: dict, version: str) -> None:
+        """The FP16 keep-set repro (`keepset/` in the bundle): numpy, onnx and onnxruntime only."""
+        from bisect_tui.core.bisect.keepset_bundle import add_keepset_repro
+
+        add_keepset_repro(bundle, triage, result, version)
+
+    def build(
+        self,
+        model_path: Path,
+        config: EngineConfig,
+        marked: Collection[str] = (),
+        workdir: Optional[Path] = None,
+    ) -> OrtBuilt:
+        """Build the fused session for `config` with `marked` tensors kept observable.
+
+        Marked tensors that do not exist in the model to build (e.g. renamed by
+        the fp16 converter) are skipped and listed in `OrtBuilt.unmarkable`.
+        ORT errors (invalid model, bad config value) become a one-line
+        `UserError`. Without `workdir` the built object owns a temp dir that
+        holds the saved optimized graph until `close()`."""
+        model_path = Path(model_path)
+        _validate(config)
+        if not model_path.exists():
+            raise UserError(f"model file not found: {model_path}")
+        tmpdir: Optional[tempfile.TemporaryDirectory] = None
+        if workdir is None:
+            tmpdir = tempfile.TemporaryDirectory(prefix="bisect_tui_ort_")
+            workdir = Path(tmpdir.name)
+        try:
+            return self._build(model_path, config, marked, Path(workdir), tmpdir)
+        except BaseException:
+            if tmpdir is not None:
+                tmpdir.cleanup()
+            raise
+
+    def _build(
+        self,
+        model_path: Path,
+        config: EngineConfig,
+        marked: Collection[str],
+        workdir: Path,
+        tmpdir: Optional[tempfile.TemporaryDirectory],
+    ) -> OrtBuilt:
+        import onnxruntime as ort
+
+        workdir.mkdir(parents=True, exist_ok=True)
+        marked = list(dict.fromkeys(t for t in marked if t))
+        key_blob = json.dumps(
+            {"model": _file_hash(model_path), "config": config.key(), "marked": sorted(marked)},
+            sort_keys=True,
+        ).encode()
+        key = hashlib.sha1(key_blob).hexdigest()[:12]
+
+        unmarkable: list[str] = []
+        base_path = (_fp16_model_path(model_path, workdir, config.keep_fp32)
+                     if config.precision == "fp16" else model_path)
+        model = _load(base_path) if marked else None
+        markable: list[str] = []
+        if marked and model is not None:
+            existing = _existing_tensors(model)
+            markable = [t for t in marked if t in existing]
+            # e.g. a tensor the fp16 converter renamed: legitimate, reported to the caller
+            unmarkable = [t for t in marked if t not in existing]
+        model_arg: str | bytes
+        if markable and model is not None:
+            # fp16: types come from the converted model, so marked tensors are fp16
+            model = mark_outputs(model, markable, tensor_types(model))
+            if _model_size_estimate(model) > _threshold():
+                build_path = workdir / f"build_{key}.onnx"
+                _save_model(model, build_path)
+                model_arg = str(build_path)
+            else:
+                model_arg = model.SerializeToString()
+        else:
+            model_arg = str(base_path)  # nothing added: the file on disk is the model
+        model = None  # weights can be big; ORT has its own copy now
+
+        so = ort.SessionOptions()
+        so.graph_optimization_level = getattr(ort.GraphOptimizationLevel, _LEVEL_NAMES[config.level])
+        optimized = workdir / f"optimized_{key}.onnx"
+        # ORT writes the file during session creation; write under a unique name
+        # and rename so a concurrent build of the same key never tears it.
+        tmp_opt = workdir / f".optimized_{key}.{uuid.uuid4().hex[:8]}.onnx"
+        so.optimized_model_filepath = str(tmp_opt)
+        so.enable_cpu_mem_arena = False  # dumps of many tensors must stay memory bounded
+        # FATAL only: ORT's warnings ("NCHWc model is hardware specific") and coloured ERROR
+        # lines would garble the TUI and print before our one-line error (which says it all)
+        from bisect_tui.core.runner import ORT_QUIET, quiet_ort
+
+        quiet_ort()
+        so.log_severity_level = ORT_QUIET
+        if isinstance(model_arg, str) and _uses_external_data_file(Path(model_arg)):
+            so.add_session_config_entry(
+                "session.optimized_model_external_initializers_file_name", optimized.name + ".data"
+            )
+            so.add_session_config_entry(
+                "session.optimized_model_external_initializers_min_size_in_bytes", "1024"
+            )
+        try:
+            for k, v in config.config_entries:
+                so.add_session_config_entry(str(k), str(v))
+            session = ort.InferenceSession(
+                model_arg,
+                so,
+                providers=list(config.providers),
+                disabled_optimizers=list(config.disabled_optimizers),
+            )
+        except _ort_errors() as e:
+            if tmp_opt.exists():
+                tmp_opt.unlink()
+            # A full disk or a file-size limit makes ORT fail while saving the
+            # optimized graph, with a protobuf message that names neither. Such a
+            # failure must not read as "this fusion breaks the build" (a verdict):
+            # if the same build succeeds without saving, the machine is at fault.
+            so.optimized_model_filepath = ""
+            try:
+                ort.InferenceSession(model_arg, so, providers=list(config.providers),
+                                     disabled_optimizers=list(config.disabled_optimizers))
+            except _ort_errors():
+                raise _build_error(e) from None
+            raise EnvironmentFault(
+                f"ONNX Runtime could not write the optimized graph into {workdir} ({_first_line(e)}): "
+                "the disk is full, a file-size limit or a permission stopped it; fix it and rerun") from None
+        saved: Optional[Path] = None
+        if tmp_opt.exists():
+            os.replace(tmp_opt, optimized)
+            saved = optimized
+        return OrtBuilt(session, config, model_path, saved, unmarkable, tmpdir)
+
+    def known_optimizers(self) -> set[str]:
+        return set(known_optimizers())
+
+    def unknown_optimizers(self, names: Iterable[str]) -> list[str]:
+        return unknown_optimizers(names)
+
+    def versions(self) -> dict[str, str]:
+        return versions()
+
+    def modifying_passes(self, model_path: Path, config: EngineConfig) -> Optional[list[str]]:
+        return modifying_passes(model_path, config)
+
+    def confirm_optimizer_effect(
+        self,
+        model_path: Path,
+        config: EngineConfig,
+        optimizer_names: Iterable[str],
+        workdir: Optional[Path] = None,
+    ) -> dict[str, bool]:
+        return confirm_optimizer_effect(model_path, config, optimizer_names, workdir)
+
+
+__all__ = [
+    "OrtBuilt",
+    "OrtObserver",
+    "known_config_keys",
+    "unknown_config_keys",
+    "OrtEngine",
+    "confirm_optimizer_effect",
+    "fused_node_map",
+    "known_optimizers",
+    "modifying_passes",
+    "optimizer_tags",
+    "unknown_optimizers",
+    "versions",
+]
