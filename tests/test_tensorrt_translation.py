@@ -417,9 +417,9 @@ def test_repro_script_is_constant_and_reads_names_from_json(tmp_path):
 
     evil = 'out"; import os; os.system("echo pwned") #'
     spec = SimpleNamespace(model_file="model.onnx", inputs_file="inputs.npz", config=EngineConfig(precision="fp16").to_dict(),
-                           outputs=[evil], tolerance={evil: {"atol": 1e-3, "rtol": 1e-3}},
+                           outputs=[evil], tolerance={"atol": 1e-3, "rtol": 1e-3},
                            reference={"file": "reference.npz", "name": "onnxruntime fp32"},
-                           workaround={"kind": "keep_fp32", "keep_fp32": ["Softmax_5"]}, extra={"input_names": ["x"]})
+                           workaround={"kind": "keep_fp32", "keep_fp32": ["Softmax_5"]}, extra={"inputs": ["x"]})
     files = TensorRTEngine().write_repro(tmp_path, spec)
     assert [f.name for f in files] == ["repro_tensorrt.py", "repro_tensorrt.json"]
     assert files[0].read_text() == SCRIPT and evil not in SCRIPT
@@ -592,3 +592,27 @@ def test_profile_shapes_come_from_the_session_inputs_headers_only(tmp_path):
     (sess / "input.npz").write_bytes(b"not a zip")
     assert session_input_shapes(sess / "model.onnx") == {}
     assert session_input_shapes(tmp_path / "elsewhere.onnx") == {}
+
+
+def test_cli_tensorrt_refusals_are_one_line(tmp_path):
+    """Through the real CLI, without TensorRT: INT8 without a cache is bad input
+    (exit 2); a build needs TensorRT (exit 5, how to install it)."""
+    import subprocess
+    import sys
+
+    src = tmp_path / "m.onnx"
+    onnx.save(chain_model(), str(src))
+    base = [sys.executable, "-m", "bisect_tui", "check", str(src), "--engine", "tensorrt", "-q"]
+    r = subprocess.run(base + ["--precision", "int8", "--session", str(tmp_path / "s1")],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.count("\n") == 1 and "INT8 needs a calibration cache" in r.stderr
+    r = subprocess.run(base + ["--disable", "ConvBNFusion", "--session", str(tmp_path / "s2")],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1
+    import importlib.util
+
+    if importlib.util.find_spec("tensorrt") is None:
+        r = subprocess.run(base + ["--precision", "fp16", "--session", str(tmp_path / "s3")],
+                           capture_output=True, text=True, timeout=300)
+        assert r.returncode == 5 and "pip install -e '.[tensorrt]'" in r.stderr and "Traceback" not in r.stderr

@@ -449,7 +449,7 @@ class TensorRTEngine:
 
         cfg = EngineConfig.from_dict(spec.config)
         kwargs = trt_options(cfg).create_config_kwargs()
-        names = list(spec.extra.get("input_names") or [])
+        names = list(spec.extra.get("input_names") or spec.extra.get("inputs") or [])
         return write_repro(dest, spec, kwargs, names, cfg.precision)
 
     def observer(self, model_path: Path, config: EngineConfig, optimized_path: Optional[str] = None):

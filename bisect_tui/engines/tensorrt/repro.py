@@ -81,21 +81,25 @@ def main(argv):
     engine = EngineFromNetwork(network, config=CreateConfig(**kwargs))
     inputs = np.load(_inside(spec["inputs_file"]), allow_pickle=False)
     ref = np.load(_inside(spec["reference"]["file"]), allow_pickle=False)
+    tol = spec["tolerance"]
     failed = False
+    # arrays hold (samples, *shape), as everything bisect-tui writes
+    samples = next(iter(inputs.values())).shape[0]
     with TrtRunner(engine) as runner:
-        out = runner.infer({name: np.ascontiguousarray(inputs[name]) for name in spec["input_names"]})
-    for name in spec["outputs"]:
-        tol = spec["tolerance"].get(name, {})
-        atol, rtol = float(tol.get("atol", 1e-5)), float(tol.get("rtol", 1e-5))
-        got = np.asarray(out[name], dtype=np.float64)
-        want = np.asarray(ref[name], dtype=np.float64)
-        err = np.abs(got - want)
-        bad = ~(err <= atol + rtol * np.abs(want))
-        worst = float(np.nanmax(err)) if err.size else 0.0
-        ok = not bool(bad.any()) and bool(np.isfinite(got).all())
-        failed |= not ok
-        print(f"{'PASS' if ok else 'FAIL'} {json.dumps(name)}: max abs error {worst:.3g} "
-              f"(atol {atol:g}, rtol {rtol:g}), {int(bad.sum())} of {bad.size} elements outside")
+        for k in range(samples):
+            out = runner.infer({name: np.ascontiguousarray(inputs[name][k]) for name in spec["input_names"]})
+            for name in spec["outputs"]:
+                t = tol.get(name, tol) if isinstance(tol.get(name), dict) else tol
+                atol, rtol = float(t.get("atol") or 0.0), float(t.get("rtol") or 0.0)
+                got = np.asarray(out[name], dtype=np.float64)
+                want = np.asarray(ref[name][k], dtype=np.float64)
+                err = np.abs(got - want)
+                bad = ~(err <= atol + rtol * np.abs(want))
+                worst = float(np.nanmax(err)) if err.size else 0.0
+                ok = not bool(bad.any()) and bool(np.isfinite(got).all())
+                failed |= not ok
+                print(f"{'PASS' if ok else 'FAIL'} sample {k} {json.dumps(name)}: max abs error {worst:.3g} "
+                      f"(atol {atol:g}, rtol {rtol:g}), {int(bad.sum())} of {bad.size} elements outside")
     print("tolerance broken" if failed else "within tolerance")
     return 1 if failed else 0
 
@@ -112,7 +116,7 @@ def write_repro(dest: Path, spec, create_config: dict, input_names: list, precis
     data = {
         "model_file": spec.model_file,
         "inputs_file": spec.inputs_file,
-        "input_names": list(input_names),
+        "input_names": list(input_names),  # graph inputs of the bundled model
         "outputs": list(spec.outputs),
         "tolerance": dict(spec.tolerance),
         "reference": dict(spec.reference),
