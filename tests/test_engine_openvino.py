@@ -258,7 +258,7 @@ def test_unblockable_fusion_is_judged_in_isolation(samples, ov_cases, tmp_path, 
     (["--ort-config", "optimization.enable_gelu_aproximation=1"], "did you mean optimization.enable_gelu_approximation"),
     (["--engine", "openvino", "--level", "basic"], "--level is an option of ONNX Runtime"),
     (["--engine", "openvino", "--ov-device", "GPUX"], "not available here"),
-    (["--engine", "openvin"], "unknown engine 'openvin'; available: ort, openvino; did you mean openvino"),
+    (["--engine", "openvin"], "unknown engine 'openvin'; available: ort, openvino, tensorrt; did you mean openvino"),
 ])
 def test_engine_options_are_validated_up_front(samples, tmp_path, capsys, argv, words):
     code, out, err = run(["check", samples / "ov_rmsnorm_ok.onnx", *argv, "--session", tmp_path / "s", "-q"],

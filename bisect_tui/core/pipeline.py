@@ -176,7 +176,15 @@ class Triage:
             from bisect_tui.engines import get_engine
 
             self._engine = get_engine(self.opts.engine)
+        if getattr(self._engine, "progress", False) is None:
+            # engines whose builds take minutes (TensorRT) report builder phases; a
+            # cancel from the app or Ctrl-C stops the build at the next phase step
+            self._engine.progress = self._build_progress
         return self._engine
+
+    def _build_progress(self, text: str) -> bool:
+        self.progress(Progress("build", text))
+        return not self.cancel.cancelled
 
     # step 1 -----------------------------------------------------------------
     def prepare(self) -> InputSet:

@@ -14,6 +14,7 @@ from types import ModuleType
 ENGINES: dict[str, str] = {
     "ort": "bisect_tui.engines.ort",
     "openvino": "bisect_tui.engines.openvino",
+    "tensorrt": "bisect_tui.engines.tensorrt",
 }
 ALIASES: dict[str, str] = {"onnxruntime": "ort", "ov": "openvino"}
 
