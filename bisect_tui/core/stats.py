@@ -87,7 +87,9 @@ def _update_f32(st: dict, a: np.ndarray) -> dict:
     st["abs_max"] = max(st["abs_max"], float(np.array(bits.max(), np.uint32).view(np.float32)))
     st["sum"] += float(f64.sum())
     st["sumsq"] += float(np.dot(f64, f64))
-    field = np.bincount(bits >> np.uint32(23), minlength=256)  # exponent fields 0..254 (finite only)
+    del f64  # before the histogram: the dump's memory budget counts these temporaries
+    # exponent fields 0..254 (finite only)
+    field = np.bincount(bits >> np.uint32(23), minlength=256)
     zeros = int(np.count_nonzero(bits == 0))
     st["zeros"] += zeros
     st["fp16_overflow"] += int(np.count_nonzero(bits > np.uint32(_F32["fp16_max"])))
@@ -112,7 +114,12 @@ def _update(st: dict, a: np.ndarray) -> dict:
     if a.size == 0 or a.dtype.kind not in "fiub":
         return st
     if a.dtype == np.float32:
-        return _update_f32(st, np.ascontiguousarray(a).reshape(-1))
+        # in slices of 256K: small temporaries (the dump's memory budget and glibc's
+        # heap, which keeps what a run of large temporaries leaves behind)
+        flat = np.ascontiguousarray(a).reshape(-1)
+        for i in range(0, flat.size, 1 << 18):
+            _update_f32(st, flat[i: i + (1 << 18)])
+        return st
     if a.dtype.kind == "b":
         a = a.astype(np.uint8)
     if a.dtype.kind == "f":
