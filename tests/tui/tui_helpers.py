@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import html
+import re
 from pathlib import Path
+
+from rich.cells import get_character_cell_size
 
 from bisect_tui.core.pipeline import TriageOptions
 from bisect_tui.core.tolerance import parse_tolerance
@@ -32,8 +36,8 @@ async def wait_idle(pilot, timeout: float = 60.0) -> None:
     end = loop.time() + timeout
     while loop.time() < end:
         await pilot.pause(0.05)
-        if getattr(app, "_exception", None) is not None:
-            raise AssertionError(f"the app crashed: {app._exception!r}")
+        if not app.is_running:
+            raise AssertionError(f"the app stopped while work was expected (crashed?); return code {app.return_code}")
         if not app.busy and not [w for w in app.workers if w.group == "engine" and w.is_running]:
             await pilot.pause(0.05)
             if not app.busy:
@@ -45,18 +49,43 @@ async def wait_for(pilot, predicate, timeout: float = 30.0, what: str = "conditi
     loop = asyncio.get_running_loop()
     end = loop.time() + timeout
     while loop.time() < end:
-        if getattr(pilot.app, "_exception", None) is not None:
-            raise AssertionError(f"the app crashed: {pilot.app._exception!r}")
         if predicate():
             return
+        if not pilot.app.is_running:
+            raise AssertionError(f"the app stopped before {what} (crashed?); return code {pilot.app.return_code}")
         await pilot.pause(0.01)
     raise AssertionError(f"timed out waiting for {what}")
 
 
+# the screen's runs of text carry class "<id>-r<N>"; the window title is "<id>-title"
+_SVG_TEXT = re.compile(r'<text class="[^"]*-r\d+"[^>]*\bx="([0-9.]+)"[^>]*\by="([0-9.]+)"[^>]*>(.*?)</text>', re.S)
+
+
 def screen_text(app) -> str:
-    """The current screen as plain text (what a user reads)."""
-    strips = app.screen._compositor.render_strips()
-    return "\n".join("".join(seg.text for seg in strip) for strip in strips)
+    """The current screen as plain text (what a user reads), read back from the
+    public SVG screenshot: Rich's export_svg puts each run of text at
+    x = column * char_width and y = row * line_height + char_height, so the
+    character grid is recovered exactly."""
+    svg = app.export_screenshot()
+    width, height = app.size
+    char_height = 20  # rich.console.Console.export_svg defaults
+    char_width = char_height * 0.61
+    line_height = char_height * 1.22
+    grid = [[" "] * width for _ in range(height)]
+    for x, y, text in _SVG_TEXT.findall(svg):
+        row = round((float(y) - char_height) / line_height)
+        col = round(float(x) / char_width)
+        if not 0 <= row < height:
+            continue
+        for ch in html.unescape(text).replace("\xa0", " "):
+            cells = get_character_cell_size(ch)
+            if 0 <= col < width:
+                grid[row][col] = ch
+                for extra in range(1, cells):  # a wide (CJK) character covers two cells
+                    if col + extra < width:
+                        grid[row][col + extra] = ""
+            col += cells
+    return "\n".join("".join(line) for line in grid)
 
 
 def step_states(app) -> dict[str, str]:
