@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import errno
-import math
 import os
 import signal
 import sys
@@ -158,16 +157,6 @@ def _positive_int(text: str) -> int:
     if n < 1:
         raise argparse.ArgumentTypeError(f"expected 1 or more, got {n}")
     return n
-
-
-def _kv_list(items: Sequence[str], flag: str) -> tuple[tuple[str, str], ...]:
-    out = []
-    for item in items:
-        if "=" not in item:
-            raise UserError(f"bad {flag} {item!r}: expected KEY=VALUE")
-        k, v = item.split("=", 1)
-        out.append((k.strip(), v.strip()))
-    return tuple(sorted(out))
 
 
 def _check_output_file(path: Optional[Path], flag: str) -> None:

@@ -15,6 +15,7 @@ import zipfile
 from pathlib import Path
 
 from bisect_tui.core import atomic
+from bisect_tui.core.bisect.repro_judge import with_judge
 
 # The script is a constant: nothing from the model (node names, optimizer
 # names, config values) is ever pasted into its source. Everything it needs
@@ -73,32 +74,7 @@ def session(disabled):
                                 disabled_optimizers=list(disabled))
 
 
-def judge(ref, out):
-    ref = ref.astype(np.float64)
-    out = out.astype(np.float64)
-    err = np.abs(out - ref)
-    fails = []
-    atol, rtol = TOLERANCE.get("atol"), TOLERANCE.get("rtol")
-    if atol is not None or rtol is not None:
-        bound = (atol or 0.0) + (rtol or 0.0) * np.abs(ref)
-        share = float(np.mean(err > bound)) if err.size else 0.0
-        if share > (TOLERANCE.get("max_fail_share") or 0.0):
-            fails.append("%.3g%% of elements outside atol=%g + rtol=%g*|ref|" % (100 * share, atol or 0, rtol or 0))
-    max_abs = float(err.max()) if err.size else 0.0
-    mean_abs = float(err.mean()) if err.size else 0.0
-    for key, value in (("max_abs", max_abs), ("mean_abs", mean_abs)):
-        if TOLERANCE.get(key) is not None and value > TOLERANCE[key]:
-            fails.append("%s %.3g > %g" % (key, value, TOLERANCE[key]))
-    if TOLERANCE.get("min_cosine") is not None:
-        a, b = ref.ravel(), out.ravel()
-        denom = np.linalg.norm(a) * np.linalg.norm(b)
-        cos = float(a @ b / denom) if denom else 1.0
-        if cos < TOLERANCE["min_cosine"]:
-            fails.append("cosine %.6f < %g" % (cos, TOLERANCE["min_cosine"]))
-    if not np.isfinite(out).all() and np.isfinite(ref).all():
-        fails.append("NaN/Inf in the fused output")
-    return max_abs, fails
-
+#@judge
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -124,7 +100,7 @@ def main():
         feeds = {n: np.asarray(inputs[n][k], order="C") for n in SPEC["inputs"]}
         outs = dict(zip(names, sess.run(names, feeds)))
         for n in names:
-            max_abs, fails = judge(expected[n][k], outs[n])
+            max_abs, fails = judge(expected[n][k], outs[n], TOLERANCE)
             status = "FAIL" if fails else "ok"
             print("sample %d, output %s: max abs error vs unfused FP32 %.3g -> %s %s"
                   % (k, shown(n), max_abs, status, "; ".join(fails)))
@@ -136,6 +112,7 @@ def main():
 if __name__ == "__main__":
     sys.exit(main())
 '''
+REPRO_SCRIPT = with_judge(REPRO_SCRIPT)
 
 
 def write_ort_repro(dest: Path, spec) -> list[Path]:

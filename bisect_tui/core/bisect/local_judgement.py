@@ -109,14 +109,7 @@ def _judge_batched(triage, units: list[Unit], config, out_dir: Path, factor: flo
     path = out_dir / "units_batched.onnx"
     atomic.write_bytes(path, model.SerializeToString())
     triage.progress(Progress("local", f"judging {len(units)} fused nodes alone against float64 (one batch)"))
-    cache: dict[str, np.ndarray] = {}
-
-    def feed(name: str) -> np.ndarray:
-        if name in triage.inputs.arrays:
-            return triage.inputs.arrays[name]
-        if name not in cache:
-            cache[name] = np.asarray(load_tensor(triage.session, triage.baseline.manifest, name))
-        return cache[name]
+    feed = _baseline_feeder(triage)
 
     built = triage.engine.build(path, config, (), None)
     unfused = make_session(model, "disable")
@@ -147,9 +140,9 @@ def _judge_batched(triage, units: list[Unit], config, out_dir: Path, factor: flo
     return res
 
 
-def _judge_each(triage, units: list[Unit], config, out_dir: Path, factor: float) -> dict:
-    types = _types(triage)
-    out_dir.mkdir(parents=True, exist_ok=True)
+def _baseline_feeder(triage):
+    """Graph inputs from the exact input set, other tensors from the baseline
+    dump, each loaded once however many units read it."""
     cache: dict[str, np.ndarray] = {}
 
     def feed(name: str) -> np.ndarray:
@@ -158,6 +151,14 @@ def _judge_each(triage, units: list[Unit], config, out_dir: Path, factor: float)
         if name not in cache:
             cache[name] = np.asarray(load_tensor(triage.session, triage.baseline.manifest, name))
         return cache[name]
+
+    return feed
+
+
+def _judge_each(triage, units: list[Unit], config, out_dir: Path, factor: float) -> dict:
+    types = _types(triage)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    feed = _baseline_feeder(triage)
 
     rows = []
     for n, u in enumerate(units):

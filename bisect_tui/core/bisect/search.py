@@ -33,7 +33,7 @@ from bisect_tui.core import atomic, safepath
 from bisect_tui.core.bisect.judge import Judgement, OutputJudge
 from bisect_tui.core.bisect.units import Unit, build_units, marks_for, region_text
 from bisect_tui.core.cancel import Progress
-from bisect_tui.core.errors import EngineBuildError, UserError
+from bisect_tui.core.errors import UserError
 from bisect_tui.core.session import now_iso, stable_key
 from bisect_tui.engines.base import LEVELS, EngineConfig, FusedNode
 

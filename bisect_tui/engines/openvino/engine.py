@@ -36,6 +36,7 @@ from typing import Collection, Iterable, Optional, Sequence
 
 import numpy as np
 
+from bisect_tui.core.bisect.repro_judge import with_judge
 from bisect_tui.core.errors import EngineBuildError, EngineRunError, UserError
 from bisect_tui.engines.base import EngineConfig, FusedNode, ReproSpec, did_you_mean
 
@@ -580,30 +581,7 @@ import openvino as ov
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def judge(ref, out, tol):
-    ref = ref.astype(np.float64)
-    out = out.astype(np.float64)
-    err = np.abs(out - ref)
-    fails = []
-    atol, rtol = tol.get("atol"), tol.get("rtol")
-    if atol is not None or rtol is not None:
-        bound = (atol or 0.0) + (rtol or 0.0) * np.abs(ref)
-        share = float(np.mean(err > bound))
-        if share > (tol.get("max_fail_share") or 0.0):
-            fails.append("%.3g%% of elements outside atol=%g + rtol=%g*|ref|" % (100 * share, atol or 0, rtol or 0))
-    for key, value in (("max_abs", float(err.max())), ("mean_abs", float(err.mean()))):
-        if tol.get(key) is not None and value > tol[key]:
-            fails.append("%s %.3g > %g" % (key, value, tol[key]))
-    if tol.get("min_cosine") is not None:
-        a, b = ref.ravel(), out.ravel()
-        denom = np.linalg.norm(a) * np.linalg.norm(b)
-        cos = float(a @ b / denom) if denom else 1.0
-        if cos < tol["min_cosine"]:
-            fails.append("cosine %.6f < %g" % (cos, tol["min_cosine"]))
-    if not np.isfinite(out).all() and np.isfinite(ref).all():
-        fails.append("NaN/Inf in the fused output")
-    return float(err.max()), fails
-
+#@judge
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -650,6 +628,7 @@ def main():
 if __name__ == "__main__":
     sys.exit(main())
 '''
+OV_REPRO_SCRIPT = with_judge(OV_REPRO_SCRIPT)
 
 
 __all__ = ["OpenVinoEngine", "OvBuilt", "OvObserver", "fused_node_map", "runtime_layers", "OV_REPRO_SCRIPT"]
