@@ -17,7 +17,7 @@ import dataclasses
 import fnmatch
 import math
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any, Iterable, Optional
 
 from bisect_tui.core.errors import UserError
 from bisect_tui.core.metrics import _compare
@@ -175,14 +175,19 @@ class ToleranceSpec:
     default: Tolerance
     overrides: tuple[tuple[str, Tolerance], ...] = ()
 
-    def for_output(self, name: str) -> Tolerance:
-        for pattern, tol in self.overrides:
+    def override_pattern(self, name: str) -> Optional[str]:
+        """The override that applies to `name`: an exact name wins over globs."""
+        for pattern, _ in self.overrides:
             if pattern == name:
-                return tol
-        for pattern, tol in self.overrides:
+                return pattern
+        for pattern, _ in self.overrides:
             if fnmatch.fnmatchcase(name, pattern):
-                return tol
-        return self.default
+                return pattern
+        return None
+
+    def for_output(self, name: str) -> Tolerance:
+        pattern = self.override_pattern(name)
+        return next((tol for p, tol in self.overrides if p == pattern), self.default)
 
     def unused(self, names: Iterable[str]) -> list[str]:
         """Override patterns that match none of ``names`` (likely typos)."""

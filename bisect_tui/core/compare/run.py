@@ -57,18 +57,6 @@ class _Specs:
         return self._cache[preset]
 
 
-def _override_for(spec: ToleranceSpec, name: str) -> Optional[str]:
-    import fnmatch
-
-    for pattern, _ in spec.overrides:
-        if pattern == name:
-            return pattern
-    for pattern, _ in spec.overrides:
-        if fnmatch.fnmatchcase(name, pattern):
-            return pattern
-    return None
-
-
 def _naive_max_abs(g_raw: np.ndarray, t_raw: np.ndarray) -> Optional[float]:
     """max |golden - test| on the values as stored, i.e. what a script that skips the
     dtype step would see."""
@@ -102,7 +90,7 @@ def _one(pair: Pair, golden_samples_axis: bool, opts: CompareOptions, specs: _Sp
     preset = opts.preset or dtypes.hint_for_preset(t_prec)
     spec = specs.get(preset)
     tol = spec.for_output(pair.test.name)
-    pattern = _override_for(spec, pair.test.name)
+    pattern = spec.override_pattern(pair.test.name)
     if pattern is not None:
         source = f"--tol {pattern!r}"
     elif opts.preset:
