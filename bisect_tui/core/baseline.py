@@ -103,6 +103,33 @@ def _write_all(fd: int, data) -> None:
         view = view[n:]
 
 
+def _writeback_starter():
+    """Linux's sync_file_range(SYNC_FILE_RANGE_WRITE): starts writing a file's dirty
+    pages to disk and returns without waiting. Started after each large write, the
+    disk works while the dump goes on, and the one flush before the manifest (the
+    durability point, unchanged) finds little left to do. None elsewhere."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        import ctypes
+
+        fn = ctypes.CDLL(None, use_errno=True).sync_file_range
+        fn.argtypes = (ctypes.c_int, ctypes.c_longlong, ctypes.c_longlong, ctypes.c_uint)
+        fn.restype = ctypes.c_int
+    except (OSError, AttributeError):
+        return None
+    return lambda fd: fn(fd, 0, 0, 2)  # SYNC_FILE_RANGE_WRITE; a failure only leaves it to the flush
+
+
+_START_WRITEBACK = _writeback_starter()
+
+
+def _write_large(fd: int, view: memoryview) -> None:
+    _write_all(fd, view)
+    if _START_WRITEBACK is not None:
+        _START_WRITEBACK(fd)
+
+
 def _npy_header(dtype: np.dtype, shape: tuple) -> bytes:
     """The `.npy` 1.0 header numpy.save writes for a C-order array of this dtype and shape."""
     buf = io.BytesIO()
@@ -162,7 +189,7 @@ class _NpySink:
             if self._pool is None:
                 self._pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="baseline-dump")
                 self._scratch = Scratch()
-            wrote = self._pool.submit(_write_all, f.fd, view)
+            wrote = self._pool.submit(_write_large, f.fd, view)
             hashed = self._pool.submit(f.sha.update, view)
             try:
                 update_stats(f.stats, array, self._scratch)
