@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from bisect_tui.core.baseline import PARALLEL_BYTES, _NpySink, npy_data_sha256
-from bisect_tui.core.stats import F32_SLICE, Scratch, empty_stats, finish_stats, update_stats
+from bisect_tui.core.stats import F32_SLICE, PAIRS_FROM, Scratch, empty_stats, finish_stats, update_stats
 
 COUNTS = ("numel", "finite", "nan", "inf", "zeros", "fp16_overflow", "fp16_subnormal", "fp16_underflow",
           "bf16_overflow", "bf16_underflow", "log2_hist", "min", "max", "abs_max")
@@ -134,7 +134,8 @@ def _edge_values(rng: np.random.Generator, n: int) -> np.ndarray:
     return np.where(rng.random(n) < 0.05, rng.choice(special, n), wide).astype(np.float32)
 
 
-@pytest.mark.parametrize("n", [1, 2, 3, 1001, F32_SLICE - 1, F32_SLICE + 3, 2 * F32_SLICE + 7])
+@pytest.mark.parametrize("n", [1, 2, 3, 1001, PAIRS_FROM - 1, PAIRS_FROM + 1, F32_SLICE - 1, F32_SLICE + 3,
+                               2 * F32_SLICE + 7])
 def test_float32_counts_on_exponent_fields_match_the_float64_path(n):
     """The float32 statistics count exponent fields two at a time and skip the
     passes no field calls for; the float64 path compares every value. Counts,

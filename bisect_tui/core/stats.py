@@ -87,6 +87,9 @@ _FIELD = {k: v >> 23 for k, v in _F32.items()}
 assert _FIELD["bf16_zero_below"] == 0 and _FIELD["fp16_max"] < _FIELD["bf16_max"] == 254
 
 
+PAIRS_FROM = 1 << 16  # below this, clearing and summing 65,536 bins costs more than pairs save
+
+
 def _exponent_fields(raw: np.ndarray, scr: Scratch) -> np.ndarray:
     """How many elements have each exponent field 0..255 (255: NaN or Inf), from
     the bits. Counted two elements at a time (a 65,536-bin count of byte pairs,
@@ -95,6 +98,8 @@ def _exponent_fields(raw: np.ndarray, scr: Scratch) -> np.ndarray:
     n = raw.size
     u8 = scr.u8[: n + (n & 1)]
     np.right_shift(raw, 23, out=u8[:n], casting="unsafe")  # the cast to uint8 drops the sign bit
+    if n < PAIRS_FROM:
+        return np.bincount(u8[:n], minlength=256)
     if n & 1:
         u8[n] = 0  # a spare zero field, taken off again below
     pairs = scr.pairs[: u8.size // 2]
