@@ -26,3 +26,19 @@ def test_float32_stats_on_bits_match_the_float64_path():
     assert sum(fast["log2_hist"]) == fast["finite"] - fast["zeros"]
     allnan = finish_stats(update_stats(empty_stats(), np.full(4, np.nan, np.float32)))
     assert allnan["finite"] == 0 and allnan["nan"] == 4 and allnan["min"] is None
+
+
+def test_hand_written_to_dict_covers_every_field():
+    """FusedNode and Unit serialise by hand (asdict was a hot spot): a field added
+    later must not be silently dropped from the maps and results."""
+    import dataclasses
+
+    from bisect_tui.core.bisect.units import Unit
+    from bisect_tui.engines.base import FusedNode
+
+    f = FusedNode("n", "FastGelu", "com.microsoft", ["a"], ["b"], ["x", "y"], ["GeluFusion"])
+    assert f.to_dict() == {**dataclasses.asdict(f), "is_fused": True}
+    assert FusedNode.from_dict(f.to_dict()) == f
+    u = Unit(3, "n", "FastGelu", ["x", "y"], ["GeluFusion"], ["b"], ["t"], "com.microsoft", ["a"])
+    assert u.to_dict() == dataclasses.asdict(u)
+    assert Unit.from_dict(u.to_dict()) == u

@@ -213,9 +213,11 @@ class FusedNode:
         return bool(self.optimizers)
 
     def to_dict(self) -> dict:
-        d = asdict(self)
-        d["is_fused"] = self.is_fused
-        return d
+        # by hand, not dataclasses.asdict: maps of thousands of nodes are written per build
+        return {"name": self.name, "op_type": self.op_type, "domain": self.domain,
+                "inputs": list(self.inputs), "outputs": list(self.outputs),
+                "original_nodes": list(self.original_nodes), "optimizers": list(self.optimizers),
+                "is_fused": self.is_fused}
 
     @classmethod
     def from_dict(cls, d: dict) -> "FusedNode":

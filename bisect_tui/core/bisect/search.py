@@ -490,12 +490,14 @@ class Bisector:
             return self._finish(result, t0)
         blocked = self.evaluate("all fusions blocked", None, marks=list(self._all_tensors))
         result["all_blocked"] = blocked.to_dict()
+        confirmed: Optional[Unit] = None
         if self.amplifies() or self.config.level == self.levels[0] or len(self.levels) < 2:
             # in an amplifying model the lowest failing level only shows amplified reordering:
             # every fusion of the user's level is judged locally instead
             level = self.config.level
         else:
-            level, _ = self.find_level()
+            confirmed = self._suspect_at_user_level(probe_fn) if probe_fn else None
+            level = self.config.level if confirmed is not None else self.find_level()[0]
         result["level"] = level
         try:
             units, optimized = self.units_at(level)
@@ -559,10 +561,13 @@ class Bisector:
                 remaining = [u for u in searchable if u not in held]
                 if not remaining:
                     break
-                check = self.evaluate("remaining fusions" if held else "all fusions at level",
-                                      remaining, held=held)
-                if check.passed:
-                    break
+                if held or confirmed is None:
+                    check = self.evaluate("remaining fusions" if held else "all fusions at level",
+                                          remaining, held=held)
+                    if check.passed:
+                        break
+                # else: a suspect alone already fails at this level, so the fusions together
+                # need no build to show that something fails; find_one names that suspect
                 if len(culprits) >= self.max_culprits:
                     stopped = "max_culprits"
                     break
@@ -596,6 +601,27 @@ class Bisector:
                 "the unmarked engine (e.g. a fusion spanning several marked tensors)"
             )
         return self._finish(result, t0)
+
+    def _suspect_at_user_level(self, probe_fn: Callable) -> Optional[Unit]:
+        """The probe of the user's own engine (the check already built it) names
+        fused nodes whose error is their own. When one of them alone, every other
+        fusion blocked, already breaks the tolerance, the search stays at the
+        user's level: the level-by-level builds would only say at which level
+        that fusion appears, which its pass (the attribution) says too."""
+        try:
+            units, optimized = self.units_at(self.config.level)
+        except RuntimeError:
+            return None
+        if not optimized:
+            return None
+        probe = probe_fn(optimized, units)
+        by_idx = {u.index: u for u in units}
+        seeds = [by_idx[i] for i in probe.get("suspects", []) if i in by_idx and by_idx[i].blockable]
+        batch = seeds[: max(1, min(self.fanout, MAX_SEED_TRIES))]
+        if not batch:
+            return None
+        steps = self.evaluate_many([Candidate("suspect alone", [u], held=[]) for u in batch])
+        return next((u for u, st in zip(batch, steps) if not st.passed), None)
 
     def amplifies(self) -> bool:
         """The check's sensitivity: a 1-ulp input change already breaks the tolerance."""
