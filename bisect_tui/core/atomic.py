@@ -70,7 +70,7 @@ def to_json(obj: Any, compact: bool = False) -> str:
 # Indented JSON goes through json's pure-Python encoder: on a 5,000-node model
 # the session's results took about a second to write. Files up to this size stay
 # indented for people reading them; larger ones are written compact.
-INDENT_MAX_CHARS = 256 << 10
+INDENT_MAX_CHARS = 32 << 10
 
 
 def write_json(path: Path, obj: Any, compact: Optional[bool] = None) -> None:
