@@ -109,3 +109,23 @@ def test_suspect_producing_a_model_output(tmp_path):
     whole = bis.evaluate_many([Candidate("suspect alone", [gelu], held=[])])[0]
     assert sub["judgement"].passed == whole.passed
     assert sub["judgement"].ratio == pytest.approx(whole.ratio, rel=1e-3, abs=1e-6)
+
+
+def test_level_search_is_kept_when_the_suspect_is_a_layout_node(samples, cases, tmp_path):
+    """A suspect in one of the engine's coarse (layout) domains stands for a whole
+    trunk: the search then goes down to the lowest failing level as before.
+    Here the FastGelu's own domain is declared coarse to show the rule on a
+    real ORT run; without it the search stays at the user's level."""
+    from bisect_tui.engines.ort.engine import OrtEngine
+
+    plain = run_bisection(_triage(samples / "transformer_block.onnx", tmp_path, "plain"))
+    assert plain["level"] == "all" and not any(s["kind"].startswith("level ") for s in plain["steps"])
+    eng = OrtEngine()
+    eng.capabilities = dataclasses.replace(eng.capabilities, coarse_domains=("com.microsoft",))
+    t = Triage(TriageOptions(model=samples / "transformer_block.onnx", session_dir=tmp_path / "coarse",
+                             config=GELU), lambda p: None, engine=eng)
+    t.run_all()
+    res = run_bisection(t)
+    assert [s["kind"] for s in res["steps"] if s["kind"].startswith("level ")] == ["level basic", "level extended"]
+    assert res["level"] == "extended"
+    assert [c["original_nodes"] for c in res["culprits"]] == [c["original_nodes"] for c in plain["culprits"]]

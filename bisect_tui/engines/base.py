@@ -94,6 +94,10 @@ class Capabilities:
     levels: tuple[str, ...] = ("all",)  # optimization levels, lowest first
     precisions: tuple[str, ...] = ("fp32",)
     observation: str = ""  # how `observe` sees fused tensors, one line
+    # op domains of nodes a layout rewrite makes (ORT's NCHWc at level "all"): such
+    # a node stands for a whole trunk, so a culprit found there is searched again
+    # at the lowest failing level, whose map is finer
+    coarse_domains: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

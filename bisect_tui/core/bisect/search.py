@@ -622,7 +622,10 @@ class Bisector:
         probe = probe_fn(optimized, units)
         by_idx = {u.index: u for u in units}
         seeds = [by_idx[i] for i in probe.get("suspects", []) if i in by_idx and by_idx[i].blockable]
-        batch = seeds[: max(1, min(self.fanout, MAX_SEED_TRIES))]
+        caps = getattr(self.engine, "capabilities", None)
+        coarse = set(getattr(caps, "coarse_domains", ()) or ())
+        # a layout-rewritten node stands for a whole trunk: the lower levels' finer map is worth their builds
+        batch = [u for u in seeds if u.domain not in coarse][: max(1, min(self.fanout, MAX_SEED_TRIES))]
         if not batch:
             return None
         steps = self.suspects_alone(batch, [])
