@@ -42,3 +42,27 @@ def test_hand_written_to_dict_covers_every_field():
     u = Unit(3, "n", "FastGelu", ["x", "y"], ["GeluFusion"], ["b"], ["t"], "com.microsoft", ["a"])
     assert u.to_dict() == dataclasses.asdict(u)
     assert Unit.from_dict(u.to_dict()) == u
+
+
+def test_marked_build_returns_only_the_judged_outputs(samples):
+    """A search step fetches the graph outputs only; the values are those of the full fetch."""
+    import onnx
+
+    from bisect_tui.core.graph import GraphIndex
+    from bisect_tui.core.bisect.pool import BuildJob, build_and_run
+    from bisect_tui.engines.base import EngineConfig
+    from bisect_tui.engines.ort.engine import OrtEngine
+
+    path = samples / "transformer_block.onnx"
+    model = onnx.load(str(path))
+    outputs = [o.name for o in model.graph.output]
+    marks = GraphIndex.build(model).intermediate_tensors()
+    feeds = {i.name: np.random.default_rng(0).standard_normal(
+        [d.dim_value or 1 for d in i.type.tensor_type.shape.dim]).astype(np.float32) for i in model.graph.input}
+    cfg = EngineConfig().to_dict()
+    some = build_and_run(OrtEngine(), str(path), [feeds], BuildJob(cfg, tuple(marks), outputs=tuple(outputs)))
+    every = build_and_run(OrtEngine(), str(path), [feeds], BuildJob(cfg, tuple(marks)))
+    assert list(some.outputs[0]) == outputs
+    assert len(every.outputs[0]) == len(set(outputs) | set(marks)) > len(outputs)
+    for name in outputs:
+        assert np.array_equal(some.outputs[0][name], every.outputs[0][name])

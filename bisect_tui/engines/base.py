@@ -263,7 +263,11 @@ class BuiltEngine(Protocol):
     # marked tensors the engine could not mark (renamed by a conversion)
     unmarkable: list[str]
 
-    def run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]: ...
+    def run(self, feeds: dict[str, np.ndarray], names: Optional[Sequence[str]] = None) -> dict[str, np.ndarray]:
+        """Outputs by name: all (graph outputs, then marked tensors), or only
+        `names` (a search step judges the graph outputs only: copying out
+        thousands of marked activations per build is wasted time and memory)."""
+        ...
 
     def observe(self, feeds: dict[str, np.ndarray], tensors: Sequence[str]) -> dict[str, np.ndarray]:
         """Values of original tensors as the fused program computes them, without

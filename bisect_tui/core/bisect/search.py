@@ -267,7 +267,8 @@ class Bisector:
             workdir = self.engine_dir(config) if not marks else None
             jobs.append(BuildJob(config=config.to_dict(), marks=tuple(marks),
                                  workdir=str(workdir) if workdir is not None else None,
-                                 want_unblocked=bool(marks) and not self._marking_blocks))
+                                 want_unblocked=bool(marks) and not self._marking_blocks,
+                                 outputs=tuple(self.t.info.outputs)))
         first = plans[todo[0]]
         what = (f"{first[0]}: {first[4]}" if len(todo) == 1 else
                 f"{len(todo)} candidates at once ({min(len(todo), self.pool.workers)} worker(s))")

@@ -28,7 +28,7 @@ import tempfile
 import uuid
 import weakref
 from pathlib import Path
-from typing import Collection, Iterable, Optional
+from typing import Collection, Iterable, Optional, Sequence
 
 import numpy as np
 import onnx
@@ -190,16 +190,17 @@ class OrtBuilt:
             self._fused = fused_node_map(original, optimized, known_optimizers())
         return self._fused
 
-    def run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        """All outputs (graph outputs, then marked tensors) by name."""
+    def run(self, feeds: dict[str, np.ndarray], names: Optional[Sequence[str]] = None) -> dict[str, np.ndarray]:
+        """All outputs (graph outputs, then marked tensors) by name, or only `names`."""
         if self._session is None:
             raise RuntimeError("engine is closed")
+        wanted = self.output_names if names is None else [n for n in names if n in set(self.output_names)]
         try:
-            values = self._session.run(self.output_names, feeds)
+            values = self._session.run(wanted, feeds)
         except _ort_errors() as e:
             # the engine built but its kernels fail on these inputs: a finding
             raise _run_error(e) from None
-        return dict(zip(self.output_names, values))
+        return dict(zip(wanted, values))
 
     def observe(self, feeds: dict[str, np.ndarray], tensors) -> dict[str, np.ndarray]:
         if self.optimized_model_path is None:
