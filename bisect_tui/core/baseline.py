@@ -123,13 +123,15 @@ def _writeback_starter():
     return lambda fd: fn(fd, 0, 0, 2)  # SYNC_FILE_RANGE_WRITE; a failure only leaves it to the flush
 
 
-_START_WRITEBACK = _writeback_starter()
+_WRITEBACK: list = []  # [the starter or None], looked up on the first large write
 
 
 def _write_large(fd: int, view: memoryview) -> None:
     _write_all(fd, view)
-    if _START_WRITEBACK is not None:
-        _START_WRITEBACK(fd)
+    if not _WRITEBACK:
+        _WRITEBACK.append(_writeback_starter())
+    if _WRITEBACK[0] is not None:
+        _WRITEBACK[0](fd)
 
 
 def _npy_header(dtype: np.dtype, shape: tuple) -> bytes:
