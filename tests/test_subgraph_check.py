@@ -129,3 +129,24 @@ def test_level_search_is_kept_when_the_suspect_is_a_layout_node(samples, cases, 
     assert [s["kind"] for s in res["steps"] if s["kind"].startswith("level ")] == ["level basic", "level extended"]
     assert res["level"] == "extended"
     assert [c["original_nodes"] for c in res["culprits"]] == [c["original_nodes"] for c in plain["culprits"]]
+
+
+@pytest.mark.slow
+def test_fanout_builds_blocked_and_remaining_in_one_round(samples, tmp_path):
+    """With the suspect confirmed on its subgraph, --fanout 2 asks for "all fusions
+    blocked" and "remaining fusions" in one round: two workers build them at once,
+    with the same steps, verdicts and build count as one worker."""
+    runs = {}
+    for workers in (1, 2):
+        t = _triage(samples / "transformer_block.onnx", tmp_path, f"w{workers}")
+        runs[workers] = run_bisection(t, workers=workers, fanout=2)
+    one, two = runs[1], runs[2]
+    kinds = [s["kind"] for s in one["steps"]]
+    assert kinds == ["full engine", "suspect alone, on its subgraph", "all fusions blocked",
+                     "remaining fusions", "disable GeluApproximation"]
+    assert [(s["kind"], s["passed"], s["ratio"]) for s in two["steps"]] == \
+        [(s["kind"], s["passed"], s["ratio"]) for s in one["steps"]]
+    assert one["engine_builds"] == two["engine_builds"] == 3
+    rounds = {s["kind"]: s for s in two["steps"]}
+    assert rounds["all fusions blocked"]["round_size"] == rounds["remaining fusions"]["round_size"] == 2
+    assert {rounds["all fusions blocked"]["worker"], rounds["remaining fusions"]["worker"]} != {"main"}

@@ -494,16 +494,29 @@ class Bisector:
         if full.passed:
             result.update(verdict="pass", culprits=[], units=[], level=self.config.level)
             return self._finish(result, t0)
-        blocked = self.evaluate("all fusions blocked", None, marks=list(self._all_tensors))
-        result["all_blocked"] = blocked.to_dict()
         confirmed: Optional[Unit] = None
-        if self.amplifies() or self.config.level == self.levels[0] or len(self.levels) < 2:
-            # in an amplifying model the lowest failing level only shows amplified reordering:
-            # every fusion of the user's level is judged locally instead
+        # in an amplifying model the lowest failing level only shows amplified reordering:
+        # every fusion of the user's level is judged locally instead
+        users_level = self.amplifies() or self.config.level == self.levels[0] or len(self.levels) < 2
+        if not users_level and probe_fn:
+            # the probe of the user's own engine (the check built it) and its suspect on
+            # its subgraph: no whole-graph build yet
+            confirmed = self._suspect_at_user_level(probe_fn)
+        first = [Candidate("all fusions blocked", None, marks=list(self._all_tensors))]
+        if confirmed is not None and self.fanout > 1:
+            # speculative, in the same round (the strategy's, so any number of workers
+            # makes the same builds): the other fusions with the suspect held, which the
+            # search asks next when the blocked build passes
+            at_user, _ = self.units_at(self.config.level)
+            rest = [u for u in at_user if u.blockable and u != confirmed]
+            if rest:
+                first.append(Candidate("remaining fusions", rest, held=[confirmed]))
+        blocked = self.evaluate_many(first)[0]
+        result["all_blocked"] = blocked.to_dict()
+        if users_level or confirmed is not None:
             level = self.config.level
         else:
-            confirmed = self._suspect_at_user_level(probe_fn) if probe_fn else None
-            level = self.config.level if confirmed is not None else self.find_level()[0]
+            level = self.find_level()[0]
         result["level"] = level
         try:
             units, optimized = self.units_at(level)
