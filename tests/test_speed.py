@@ -66,3 +66,33 @@ def test_marked_build_returns_only_the_judged_outputs(samples):
     assert len(every.outputs[0]) == len(set(outputs) | set(marks)) > len(outputs)
     for name in outputs:
         assert np.array_equal(some.outputs[0][name], every.outputs[0][name])
+
+
+def test_small_baseline_is_read_from_memory_and_reread_when_replaced(samples, tmp_path, monkeypatch):
+    """A small baseline goes into the read cache as it is dumped: load_tensor then
+    opens no file, returns exactly the file's values, read-only; a file replaced
+    on disk (new identity) is read again, never served stale."""
+    from bisect_tui.core import baseline as bl
+    from bisect_tui.core.pipeline import Triage, TriageOptions
+
+    t = Triage(TriageOptions(model=samples / "deep_stack.onnx", session_dir=tmp_path / "s",
+                             check_determinism=False), lambda p: None)
+    t.prepare()
+    t.run_baseline()
+    m = t.baseline.manifest
+    names = [e["tensor"] for e in m["tensors"]]
+    opened = []
+    real_load = np.load
+    monkeypatch.setattr(bl.np, "load", lambda *a, **k: opened.append(a[0]) or real_load(*a, **k))
+    arrays = {n: bl.load_tensor(t.session, m, n) for n in names}
+    assert opened == []
+    e = m["tensors"][3]
+    path = t.session.baseline_dir / e["file"]
+    assert np.array_equal(arrays[e["tensor"]], real_load(path, allow_pickle=False))
+    assert not arrays[e["tensor"]].flags.writeable
+    changed = np.asarray(arrays[e["tensor"]]) + 1
+    tmp = path.with_name("x.npy")
+    np.save(tmp, changed)
+    tmp.replace(path)
+    again = bl.load_tensor(t.session, m, e["tensor"])
+    assert opened and np.array_equal(again, changed)

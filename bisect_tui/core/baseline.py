@@ -151,6 +151,7 @@ class _OpenFile:
     shape: tuple
     dtype: np.dtype
     nbytes: int = 0
+    kept: Optional[list] = None  # the samples of a small tensor, for the read cache
 
 
 class _NpySink:
@@ -164,7 +165,10 @@ class _NpySink:
     hashlib and numpy let go of the GIL on large buffers), and all three are
     done before `write` returns, so no array lives longer than it did."""
 
-    def __init__(self, outdir: Path, fnames: dict[str, str], samples: int, on_done):
+    def __init__(self, outdir: Path, fnames: dict[str, str], samples: int, on_done, remember: bool = False):
+        """`remember`: put each small tensor into the read cache as it is written
+        (a small baseline: the probe then reads none of its files back)."""
+        self.remember = remember
         self.outdir = outdir
         self.fnames = fnames
         self.samples = samples
@@ -180,6 +184,8 @@ class _NpySink:
             fd, tmp = tempfile.mkstemp(prefix=".tmp_", suffix=".npy", dir=self.outdir)
             f = self._open[tensor] = _OpenFile(tmp, fd, hashlib.sha256(), empty_stats(), array.shape, array.dtype)
             _write_all(fd, _npy_header(array.dtype, (self.samples, *array.shape)))
+            if self.remember and array.nbytes * self.samples <= SMALL_TENSOR_BYTES:
+                f.kept = []
         if array.shape != f.shape or array.dtype != f.dtype:
             raise ValueError(f"tensor {tensor} changed shape or type between samples")
         # the bytes through a uint8 view: also for dtypes the buffer protocol does not
@@ -202,6 +208,8 @@ class _NpySink:
             wrote.result()
             hashed.result()
         f.nbytes += array.nbytes
+        if f.kept is not None:
+            f.kept.append(array)
 
     def end(self, tensor: str) -> None:
         f = self._open.pop(tensor)
@@ -209,7 +217,10 @@ class _NpySink:
         # flushed to disk together before the manifest, written last, marks the dump
         # complete, and every reused file is checked against its digest anyway
         os.close(f.fd)
-        os.replace(f.tmp, self.outdir / self.fnames[tensor])
+        final = self.outdir / self.fnames[tensor]
+        os.replace(f.tmp, final)
+        if f.kept is not None and len(f.kept) == self.samples:
+            _remember(final, np.stack(f.kept))
         self.on_done(tensor, {
             "shape": list(f.shape),
             "dtype": np.dtype(f.dtype).name,
@@ -437,7 +448,8 @@ def run_baseline(
             )
         )
 
-    sink = _NpySink(outdir, fnames, inputs.samples, on_done)
+    small = sum(v or 0 for v in sizes.values()) * max(inputs.samples, 1) <= REMEMBER_BASELINE_BYTES
+    sink = _NpySink(outdir, fnames, inputs.samples, on_done, remember=small)
     progress(Progress("baseline", f"{len(tensors)} tensors in {len(groups)} group(s)", len(done), len(tensors)))
     try:
         run_groups(
@@ -525,6 +537,32 @@ _CACHE: "OrderedDict[tuple, np.ndarray]" = OrderedDict()
 _CACHE_BYTES = [0]
 
 
+# a baseline this small is kept in the read cache as it is dumped (whole)
+REMEMBER_BASELINE_BYTES = 64 << 20
+
+
+def _cache_key(path: Path, st: os.stat_result) -> tuple:
+    return (str(path), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+def _cache_put(key: tuple, arr: np.ndarray) -> None:
+    arr.flags.writeable = False
+    _CACHE[key] = arr
+    _CACHE_BYTES[0] += arr.nbytes
+    while _CACHE_BYTES[0] > CACHE_BUDGET_BYTES and _CACHE:
+        _, old = _CACHE.popitem(last=False)
+        _CACHE_BYTES[0] -= old.nbytes
+
+
+def _remember(path: Path, arr: np.ndarray) -> None:
+    """A tensor just written: the read cache gets the very array (file identity as now)."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return
+    _cache_put(_cache_key(path, st), arr)
+
+
 def load_tensor(session: Session, manifest: dict, tensor: str, mmap: bool = True) -> np.ndarray:
     e = _entry(manifest, tensor)
     if e is None:
@@ -540,18 +578,13 @@ def load_tensor(session: Session, manifest: dict, tensor: str, mmap: bool = True
         raise safepath.UnsafePath(f"baseline tensor {path} is missing or not a regular file")
     if st.st_size > SMALL_TENSOR_BYTES:
         return np.load(path, mmap_mode="r" if mmap else None, allow_pickle=False)
-    key = (str(path), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+    key = _cache_key(path, st)
     hit = _CACHE.get(key)
     if hit is not None:
         _CACHE.move_to_end(key)
         return hit
     arr = np.load(path, allow_pickle=False)
-    arr.flags.writeable = False
-    _CACHE[key] = arr
-    _CACHE_BYTES[0] += arr.nbytes
-    while _CACHE_BYTES[0] > CACHE_BUDGET_BYTES and _CACHE:
-        _, old = _CACHE.popitem(last=False)
-        _CACHE_BYTES[0] -= old.nbytes
+    _cache_put(key, arr)
     return arr
 
 
