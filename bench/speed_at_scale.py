@@ -210,9 +210,14 @@ def main() -> int:
     ap.add_argument("--linear-max-nodes", type=int, default=150)
     ap.add_argument("--linear-timeout", type=float, default=300.0)
     ap.add_argument("--no-dump", action="store_true")
+    ap.add_argument("--no-peer", action="store_true",
+                    help="bisect-tui rows only (no debug reduce): for measuring the workers")
+    ap.add_argument("--repeat", type=int, default=1,
+                    help="run each bisect-tui row this many times and keep the median wall time")
     args = ap.parse_args()
     try:
-        import onnx_graphsurgeon  # noqa: F401
+        if not args.no_peer:
+            import onnx_graphsurgeon  # noqa: F401
     except ImportError:
         print(f"debug reduce needs onnx_graphsurgeon: {sys.executable} -m pip install onnx-graphsurgeon",
               file=sys.stderr)
@@ -240,7 +245,13 @@ def main() -> int:
             for tag, w, k, pr in (("bt_w1_k1", 1, 1, True), (f"bt_w{n}_k{n}", n, n, True),
                                   (f"np_w1_k{n}", 1, n, False), (f"np_w{n}_k{n}", n, n, False)):
                 print(tag, end=" ", flush=True)
-                r[tag] = run_bt(model, inputs, tmp, w, k, tag, pr)
+                runs = sorted((run_bt(model, inputs, tmp, w, k, tag, pr) for _ in range(max(1, args.repeat))),
+                              key=lambda x: x["wall"])
+                r[tag] = runs[len(runs) // 2]  # the median run (all its figures)
+            if args.no_peer:
+                print(flush=True)
+                rows.append((name, info, r))
+                continue
             print("reduce-bisect", end=" ", flush=True)
             r["pg_bisect"] = run_pg(model, inputs, tmp, "bisect", info["nodes"], None)
             if info["nodes"] <= args.linear_max_nodes:
@@ -274,11 +285,12 @@ def main() -> int:
                 bound = f"{b} ({x['search_builds']})"
             print(f"| {name} | {info['nodes']} | {label} | {x['wall']:.2f} | {x['whole']} | {x['sub']} | "
                   f"{x['peak'] / 2**20:.0f} | {'yes' if ok else 'NO'} ({how}) | {x.get('answer')} | {bound} |")
-        b1, bd, bk, bn, pg = r["bt_w1_k1"], r[f"bt_w{n}_k{n}"], r[f"np_w1_k{n}"], r[f"np_w{n}_k{n}"], r["pg_bisect"]
+        b1, bd, bk, bn, pg = r["bt_w1_k1"], r[f"bt_w{n}_k{n}"], r[f"np_w1_k{n}"], r[f"np_w{n}_k{n}"], r.get("pg_bisect")
         same = bk["steps"] == bn["steps"] and bk["culprits"] == bn["culprits"] and bk["whole"] == bn["whole"]
+        peer_text = (f"debug reduce bisect / bisect-tui: {pg['wall'] / b1['wall']:.1f}x (1 worker), "
+                     f"{pg['wall'] / bd['wall']:.1f}x ({n} workers, fanout {n}); ") if pg else ""
         summary.append(
-            f"{name}: debug reduce bisect / bisect-tui: {pg['wall'] / b1['wall']:.1f}x (1 worker), "
-            f"{pg['wall'] / bd['wall']:.1f}x ({n} workers, fanout {n}); search alone (bisect.seconds) "
+            f"{name}: {peer_text}search alone (bisect.seconds) "
             f"{b1['search_s']:.2f} s / {bd['search_s']:.2f} s; without the probe {bk['search_s']:.2f} s (1 worker) / "
             f"{bn['search_s']:.2f} s ({n} workers), "
             f"{n}-worker speed-up on the same builds (no probe): whole command {bk['wall'] / bn['wall']:.2f}x, "

@@ -61,7 +61,7 @@ def test_two_workers_give_the_serial_result_and_build_count(samples, cases, tmp_
     found = sorted(c["original_nodes"] for c in parallel["culprits"])
     assert len(found) == 2 and all(culprit_matches(f, e) for f, e in zip(found, expected))
     assert all(p == ["GeluApproximation"] for p in _shape(parallel)["passes"])
-    assert parallel["parallel"] == {"workers": 2, "fanout": 3}
+    assert parallel["parallel"] == {"workers": 2, "fanout": 3, "pool": "processes"}
     # the step log says who built what: some builds ran in the worker process
     lines = [json.loads(x) for x in (t2.session.bisect_dir / "steps.jsonl").read_text().splitlines()]
     built = [r for r in lines if not r.get("cached") and "from" not in r]
@@ -97,7 +97,7 @@ def test_cli_workers_and_fanout_flags(samples, cases, tmp_path, capsys):
                  "--fanout", "2", "--no-probe", "--json", str(out), "-q"])
     assert code == 1
     res = json.loads(out.read_text())["bisect"]
-    assert res["parallel"] == {"workers": 2, "fanout": 2}
+    assert res["parallel"] == {"workers": 2, "fanout": 2, "pool": "processes"}
     assert res["verdict"] == "culprits" and len(res["culprits"]) == 1
     assert culprit_matches(res["culprits"][0]["original_nodes"], cases["deep_stack"]["expected_culprits"][0])
     assert "probe" not in res and not any(s["kind"] == "suspect alone" for s in res["steps"])
@@ -120,13 +120,18 @@ def test_pool_starts_lazily_only_for_slow_builds(samples, monkeypatch):
     feeds = [{"x": np.random.default_rng(0).standard_normal((1, 8, 32)).astype(np.float32)}]
     cfg = EngineConfig(config_entries=GELU).to_dict()
     jobs = [poolmod.BuildJob(config=cfg, marks=()), poolmod.BuildJob(config=cfg, marks=("blk0/ln/mean:0",))]
-    p = poolmod.BuildPool(get_engine("ort"), "ort", str(model), feeds, 2)
+    p = poolmod.BuildPool(2, "ort")
+    p.attach(get_engine("ort"), "ort", str(model), feeds)
     try:
         fast = p.run(jobs)
-        assert [r.worker for r in fast] == ["main", "main"] and p._ex is None
+        assert [r.worker for r in fast] == ["main", "main"] and not p._procs
         monkeypatch.setattr(poolmod, "LAZY_START_BUILD_SECONDS", 0.0)
+        p.run(jobs)  # starts the worker; it may still be importing, so this round may stay here
+        assert len(p._procs) == 1 and p._procs[0].ready.wait(60)
         shared = p.run(jobs)
-        assert shared[0].worker == "main" and shared[1].worker.startswith("w")
+        # each free worker takes the next job, the largest (most marks) first: the worker
+        # (idle) and this process each take one
+        assert sorted(r.worker for r in shared) == sorted(p.names), [r.worker for r in shared]
         for a, b in zip(fast, shared):  # the same build gives the same numbers in either process
             assert a.outputs[0].keys() == b.outputs[0].keys()
             for k in a.outputs[0]:

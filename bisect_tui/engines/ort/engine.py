@@ -267,6 +267,18 @@ class OrtEngine:
     options = OPTIONS
     capabilities = CAPABILITIES
 
+    def warm_up(self) -> None:
+        """What a build worker does before its first job, while the parent is
+        still busy with the baseline: load the native library and the names
+        scanned from it (the fused-node map needs them)."""
+        import onnxruntime
+
+        from bisect_tui.core.runner import quiet_ort
+
+        quiet_ort()
+        onnxruntime.get_available_providers()
+        known_optimizers()
+
     def validate(self, config: EngineConfig) -> None:
         """Every value checked against the installed ORT, which would ignore a
         misspelt optimizer or config key and silently fall back to CPU for a
