@@ -114,10 +114,16 @@ class RayBuildPool:
         ray = import_ray()
         if not ray.is_initialized():
             opts = dict(include_dashboard=False, log_to_driver=False, logging_level="ERROR")
-            if self.address in LOCAL:
-                ray.init(num_cpus=self.workers, **opts)
-            else:
-                ray.init(address=self.address, **opts)
+            try:
+                if self.address in LOCAL:
+                    ray.init(num_cpus=self.workers, **opts)
+                else:
+                    ray.init(address=self.address, **opts)
+            except Exception as exc:  # noqa: BLE001  (Ray raises ConnectionError, ValueError, RuntimeError...)
+                from bisect_tui.core.onnx_files import first_line
+
+                raise UserError(f"--ray {self.address}: Ray did not start or connect ({first_line(exc)}); "
+                                "use --ray local for a Ray instance on this machine") from None
             self._started_ray = True
         actor = ray.remote(num_cpus=1)(BuildActor)
         self._actors = [actor.remote(self.engine_name, i) for i in range(self.workers)]
