@@ -138,3 +138,65 @@ def test_pool_starts_lazily_only_for_slow_builds(samples, monkeypatch):
                 np.testing.assert_array_equal(a.outputs[0][k], b.outputs[0][k])
     finally:
         p.close()
+
+
+OUT = "blk15/ln/add_beta:0"  # deep_stack's graph output
+
+
+def _started_pool(samples, workers=2):
+    import numpy as np
+
+    from bisect_tui.core.bisect import pool as poolmod
+    from bisect_tui.engines import get_engine
+
+    feeds = [{"x": np.random.default_rng(0).standard_normal((1, 8, 32)).astype(np.float32)}]
+    p = poolmod.BuildPool(workers, "ort")
+    p.start()  # before the inputs are known, as the bisect command does
+    p.attach(get_engine("ort"), "ort", str(samples / "deep_stack.onnx"), feeds, [OUT])
+    assert all(w.ready.wait(60) for w in p._procs)
+    return p
+
+
+def test_pool_round_keeps_the_jobs_order_and_only_graph_outputs(samples):
+    from bisect_tui.core.bisect import pool as poolmod
+
+    cfg = EngineConfig(config_entries=GELU).to_dict()
+    marks = [(), ("blk0/ln/mean:0",), ("blk0/ln/mean:0", "blk1/ln/mean:0"), ("blk11/gelu/erf:0",)]
+    jobs = [poolmod.BuildJob(config=cfg, marks=m) for m in marks]
+    p = _started_pool(samples)
+    try:
+        shared = p.run(jobs)
+        names = p.names
+    finally:
+        p.close()
+    serial = poolmod.BuildPool(1, "ort")
+    serial.attach(p.engine, "ort", p.model_path, p.feeds, [OUT])
+    alone = serial.run(jobs)
+    assert {r.worker for r in shared} <= set(names) and len(names) == 2
+    for a, b in zip(alone, shared):  # same job, same place in the list, same numbers
+        assert list(a.outputs[0]) == list(b.outputs[0]) == [OUT]  # marked tensors are not sent back
+        assert (a.outputs[0][OUT] == b.outputs[0][OUT]).all()
+    # the erf-Gelu of block 11 marked: its fusion blocked, so that output differs from the fused engine's
+    assert (shared[3].outputs[0][OUT] != shared[0].outputs[0][OUT]).any()
+
+
+def test_pool_worker_faults_come_back_as_what_they_are(samples):
+    import os
+    import signal
+
+    from bisect_tui.core.bisect import pool as poolmod
+    from bisect_tui.core.errors import UserError
+
+    bad = EngineConfig(config_entries=GELU).to_dict() | {"level": "bogus"}
+    p = _started_pool(samples)
+    try:
+        with pytest.raises(UserError, match="unknown optimization level"):
+            p.run([poolmod.BuildJob(config=bad, marks=()), poolmod.BuildJob(config=bad, marks=("blk0/ln/mean:0",))])
+        # a worker the OS killed: the round stops with an internal error naming it, never a verdict
+        os.kill(p._procs[0].proc.pid, signal.SIGKILL)
+        p._procs[0].proc.join(10)
+        good = EngineConfig(config_entries=GELU).to_dict()
+        with pytest.raises(RuntimeError, match=f"build worker {p._procs[0].name} stopped"):
+            p.run([poolmod.BuildJob(config=good, marks=m) for m in [("blk0/ln/mean:0",), ("blk1/ln/mean:0",)] * 3])
+    finally:
+        p.close()

@@ -244,8 +244,16 @@ class _ProcessWorker:
         self.imported = threading.Event()  # the engine is imported: it reads its messages
         self.ready = threading.Event()  # imported and set up: it can take jobs
         self.dead: Optional[str] = None
+        self.busy = False  # building a job now
         self.thread = threading.Thread(target=self._serve, daemon=True, name=f"pool {self.name}")
         self.thread.start()
+
+    def _send(self, msg) -> None:
+        try:
+            self.conn.send(msg)
+        except OSError:  # the process is gone (killed, out of memory)
+            self.proc.join(1.0)
+            raise RuntimeError(f"build worker {self.name} stopped (exit code {self.proc.exitcode})") from None
 
     def _recv(self):
         try:
@@ -267,18 +275,21 @@ class _ProcessWorker:
                     self.conn.send(("stop",))
                     return
                 if item[0] == "setup":
-                    self.conn.send(item)
+                    self._send(item)
                     self._recv()
                     self.ready.set()
                     continue
                 rnd: _Round = item[1]
                 while (i := rnd.take()) is not None:
+                    self.busy = True
                     try:
-                        self.conn.send(("build", rnd.jobs[i]))
+                        self._send(("build", rnd.jobs[i]))
                         res = self._recv()[1]
                     except BaseException as exc:  # noqa: BLE001
                         rnd.put(i, None, exc)
                         raise
+                    finally:
+                        self.busy = False
                     rnd.put(i, res)
         except BaseException as exc:  # noqa: BLE001
             self.dead = str(exc)
@@ -287,7 +298,7 @@ class _ProcessWorker:
     def join(self, timeout: float = 5.0) -> None:
         """After `inbox.put(None)`: wait for the process to end. One still
         importing, or in the middle of a long build, is not worth waiting for."""
-        if self.imported.is_set() and self.dead is None:
+        if self.imported.is_set() and self.dead is None and not self.busy:
             self.proc.join(timeout)
         if self.proc.is_alive():  # in the middle of a long build: not worth waiting for
             self.proc.terminate()
@@ -377,10 +388,13 @@ class BuildPool:
                     rnd.put(i, None, exc)
                     raise
                 rnd.put(i, res)
-        finally:
+        except BaseException:
+            # a Ctrl-C or a failure here: nothing more is taken, and the builds
+            # still running are not waited for (close() stops their processes)
             with rnd.cond:
-                rnd.closed = True  # nothing more taken (a Ctrl-C or a failure here)
-            rnd.wait()
+                rnd.closed = True
+            raise
+        rnd.wait()
         if rnd.errors:
             raise rnd.errors[0]
         return self._check(rnd.results)  # type: ignore[arg-type]
