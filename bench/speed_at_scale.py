@@ -128,7 +128,15 @@ def run_bt(model: Path, inputs: Path, tmp: Path, workers: int, fanout: int, tag:
     fused = len(b.get("units", []))
     passes = sorted({n for c in b.get("culprits", []) for n in (c.get("attribution") or {}).get("confirmed", [])})
     search_builds = sum(1 for s in b["steps"] if not s["cached"] and not s["kind"].startswith(("disable", "fixpoint", "workaround")))
-    res = {"wall": wall, "whole": b["engine_builds"] + 1, "sub": sub, "peak": peak, "culprits": culprits,
+    # the rounds the builds came in: at N workers a round of k builds takes ceil(k / N) build times,
+    # so builds / sum(ceil(k / N)) is the most N workers can gain on this search (lone steps stay lone)
+    built = [s for s in b["steps"] if not s["cached"]]
+    sizes, i = [], 0
+    while i < len(built):
+        k = built[i].get("round_size") or 1
+        sizes.append(k)
+        i += k
+    res = {"wall": wall, "whole": b["engine_builds"] + 1, "round_sizes": sizes, "sub": sub, "peak": peak, "culprits": culprits,
            "answer": sum(len(c) for c in culprits), "fused": fused, "passes": passes,
            "search_builds": search_builds, "search_s": b.get("seconds"),
            "steps": [(s["kind"], s["region"], s["passed"]) for s in b["steps"]],
@@ -203,6 +211,20 @@ def dump_throughput(tmp: Path) -> dict:
     return {"bytes": total, "files": len(files), "bt_s": bt_s, "np_s": np_s}
 
 
+SPIN = "import time\nt = time.perf_counter()\nfor i in range(6_000_000): pass\nprint(time.perf_counter() - t)\n"
+
+
+def cores_free() -> float:
+    """How many cores two CPU-bound processes get right now (2.0 on an idle two-core
+    machine, about 1.0 when others keep one busy): what N workers can gain at most."""
+    def spin(k: int) -> float:
+        procs = [subprocess.Popen([sys.executable, "-c", SPIN], stdout=subprocess.PIPE, text=True) for _ in range(k)]
+        return max(float(p.communicate()[0]) for p in procs)
+
+    alone = spin(1)
+    return round(2 * alone / spin(2), 2)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--models", default=",".join(MODELS))
@@ -240,7 +262,8 @@ def main() -> int:
             inputs = tmp / f"{name}_x.npz"
             rng = np.random.default_rng(0)
             np.savez(inputs, **{k: rng.standard_normal(v).astype(np.float32) for k, v in info["input"].items()})
-            print(f"{name} ({info['nodes']} nodes):", end=" ", flush=True)
+            free = cores_free()
+            print(f"{name} ({info['nodes']} nodes), cores free for 2 processes {free}:", end=" ", flush=True)
             r = {}
             runs: dict[str, list] = {}
             # the rows take turns (1 worker, N workers, ...) in each repeat, so a change in the
@@ -258,6 +281,7 @@ def main() -> int:
                 r[tag]["search_s"] = r[tag]["search_all"][len(xs) // 2]  # the median search time
             if args.no_peer:
                 print(flush=True)
+                r["cores_free"] = (free, cores_free())
                 rows.append((name, info, r))
                 continue
             print("reduce-bisect", end=" ", flush=True)
@@ -266,6 +290,7 @@ def main() -> int:
                 print("reduce-linear", end=" ", flush=True)
                 r["pg_linear"] = run_pg(model, inputs, tmp, "linear", info["nodes"], args.linear_timeout)
             print(flush=True)
+            r["cores_free"] = (free, cores_free())
             rows.append((name, info, r))
         dump = None if args.no_dump else dump_throughput(tmp)
     finally:
@@ -302,8 +327,12 @@ def main() -> int:
             f"{b1['search_s']:.2f} s / {bd['search_s']:.2f} s; without the probe {bk['search_s']:.2f} s (1 worker) / "
             f"{bn['search_s']:.2f} s ({n} workers), "
             f"{n}-worker speed-up on the same builds (no probe): whole command {bk['wall'] / bn['wall']:.2f}x, "
-            f"search {bk['search_s'] / max(bn['search_s'], 1e-9):.2f}x; steps identical: {'yes' if same else 'NO'}; "
-            f"workers seen: {bn['workers_used']}; passes named: {b1['passes']}")
+            f"search {bk['search_s'] / max(bn['search_s'], 1e-9):.2f}x (bound from its rounds "
+            f"{sum(bk['round_sizes']) / sum(math.ceil(k / n) for k in bk['round_sizes']):.2f}x: "
+            f"{sum(1 for k in bk['round_sizes'] if k == 1)} lone builds, "
+            f"{sum(1 for k in bk['round_sizes'] if k > 1)} rounds of {n}); steps identical: {'yes' if same else 'NO'}; "
+            f"workers seen: {bn['workers_used']}; passes named: {b1['passes']}; cores free for 2 CPU-bound "
+            f"processes before / after this model's rows: {r['cores_free'][0]} / {r['cores_free'][1]}")
     print()
     for s in summary:
         print(s)
