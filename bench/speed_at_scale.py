@@ -121,13 +121,14 @@ def run_bt(model: Path, inputs: Path, tmp: Path, workers: int, fanout: int, tag:
         raise SystemExit(f"bisect-tui failed ({rc}):\n{so[-2000:]}\n{se[-2000:]}")
     b = json.loads(out.read_text())["bisect"]
     culprits = [c["original_nodes"] for c in b.get("culprits", [])]
-    sub = 0
+    sub = b.get("subgraph_builds", 0) or 0  # suspects confirmed on their own subgraph
     for c in b.get("culprits", []):
         sub += ((c.get("attribution") or {}).get("group_test") or {}).get("builds", 0) or 0
         sub += 1 if (c.get("isolated") or {}).get("subgraph") else 0  # the culprit's region through the engine
     fused = len(b.get("units", []))
     passes = sorted({n for c in b.get("culprits", []) for n in (c.get("attribution") or {}).get("confirmed", [])})
-    search_builds = sum(1 for s in b["steps"] if not s["cached"] and not s["kind"].startswith(("disable", "fixpoint", "workaround")))
+    search_builds = sum(1 for s in b["steps"] if not s["cached"] and not s.get("subgraph")
+                        and not s["kind"].startswith(("disable", "fixpoint", "workaround")))
     # the rounds the builds came in: at N workers a round of k builds takes ceil(k / N) build times,
     # so builds / sum(ceil(k / N)) is the most N workers can gain on this search (lone steps stay lone)
     built = [s for s in b["steps"] if not s["cached"]]
@@ -136,7 +137,8 @@ def run_bt(model: Path, inputs: Path, tmp: Path, workers: int, fanout: int, tag:
         k = built[i].get("round_size") or 1
         sizes.append(k)
         i += k
-    res = {"wall": wall, "whole": b["engine_builds"] + 1, "round_sizes": sizes, "sub": sub, "peak": peak, "culprits": culprits,
+    res = {"wall": wall, "whole": b["engine_builds"] + 1, "round_sizes": sizes, "sub": sub, "peak": peak,
+           "culprits": culprits,
            "answer": sum(len(c) for c in culprits), "fused": fused, "passes": passes,
            "search_builds": search_builds, "search_s": b.get("seconds"),
            "steps": [(s["kind"], s["region"], s["passed"]) for s in b["steps"]],

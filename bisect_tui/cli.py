@@ -264,6 +264,7 @@ def options_from_args(args: argparse.Namespace):
 
 
 def cmd_check(args: argparse.Namespace) -> int:
+    _prestart_second_run(args)
     from bisect_tui.core import atomic
     from bisect_tui.core.pipeline import Triage
     from bisect_tui.core.report import check_text
@@ -287,7 +288,15 @@ def cmd_check(args: argparse.Namespace) -> int:
     return summary["exit_code"]
 
 
+def _prestart_second_run(args: argparse.Namespace) -> None:
+    if not getattr(args, "no_determinism", False):
+        from bisect_tui.core.second_run import prestart
+
+        prestart()  # its imports overlap ours (the determinism check's fresh process)
+
+
 def cmd_bisect(args: argparse.Namespace) -> int:
+    _prestart_second_run(args)
     from bisect_tui.core.bisect.command import run_bisect_command
 
     return run_bisect_command(args, options_from_args(args))

@@ -50,13 +50,14 @@ class FakeBuilt:
         return sum(e for name, e in self.engine.errors.items()
                    if name in self._interior and not (self._interior[name] & self._marked))
 
-    def run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        names = [o.name for o in self._session.get_outputs()]
-        values = dict(zip(names, self._session.run(names, feeds)))
+    def run(self, feeds: dict[str, np.ndarray], names=None) -> dict[str, np.ndarray]:
+        outs = [o.name for o in self._session.get_outputs()]
+        values = dict(zip(outs, self._session.run(outs, feeds)))
         shift = self.active_errors()
         for n in self._outputs:
             values[n] = (values[n] + np.float32(shift)).astype(values[n].dtype)
-        return {n: values[n] for n in self.output_names}
+        keep = self.output_names if names is None else [n for n in self.output_names if n in set(names)]
+        return {n: values[n] for n in keep}
 
     def observe(self, feeds, tensors: Sequence[str]) -> dict[str, np.ndarray]:
         return {}

@@ -26,3 +26,43 @@ def test_float32_stats_on_bits_match_the_float64_path():
     assert sum(fast["log2_hist"]) == fast["finite"] - fast["zeros"]
     allnan = finish_stats(update_stats(empty_stats(), np.full(4, np.nan, np.float32)))
     assert allnan["finite"] == 0 and allnan["nan"] == 4 and allnan["min"] is None
+
+
+def test_hand_written_to_dict_covers_every_field():
+    """FusedNode and Unit serialise by hand (asdict was a hot spot): a field added
+    later must not be silently dropped from the maps and results."""
+    import dataclasses
+
+    from bisect_tui.core.bisect.units import Unit
+    from bisect_tui.engines.base import FusedNode
+
+    f = FusedNode("n", "FastGelu", "com.microsoft", ["a"], ["b"], ["x", "y"], ["GeluFusion"])
+    assert f.to_dict() == {**dataclasses.asdict(f), "is_fused": True}
+    assert FusedNode.from_dict(f.to_dict()) == f
+    u = Unit(3, "n", "FastGelu", ["x", "y"], ["GeluFusion"], ["b"], ["t"], "com.microsoft", ["a"])
+    assert u.to_dict() == dataclasses.asdict(u)
+    assert Unit.from_dict(u.to_dict()) == u
+
+
+def test_marked_build_returns_only_the_judged_outputs(samples):
+    """A search step fetches the graph outputs only; the values are those of the full fetch."""
+    import onnx
+
+    from bisect_tui.core.graph import GraphIndex
+    from bisect_tui.core.bisect.pool import BuildJob, build_and_run
+    from bisect_tui.engines.base import EngineConfig
+    from bisect_tui.engines.ort.engine import OrtEngine
+
+    path = samples / "transformer_block.onnx"
+    model = onnx.load(str(path))
+    outputs = [o.name for o in model.graph.output]
+    marks = GraphIndex.build(model).intermediate_tensors()
+    feeds = {i.name: np.random.default_rng(0).standard_normal(
+        [d.dim_value or 1 for d in i.type.tensor_type.shape.dim]).astype(np.float32) for i in model.graph.input}
+    cfg = EngineConfig().to_dict()
+    some = build_and_run(OrtEngine(), str(path), [feeds], BuildJob(cfg, tuple(marks), outputs=tuple(outputs)))
+    every = build_and_run(OrtEngine(), str(path), [feeds], BuildJob(cfg, tuple(marks)))
+    assert list(some.outputs[0]) == outputs
+    assert len(every.outputs[0]) == len(set(outputs) | set(marks)) > len(outputs)
+    for name in outputs:
+        assert np.array_equal(some.outputs[0][name], every.outputs[0][name])

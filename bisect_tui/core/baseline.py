@@ -12,9 +12,11 @@ from __future__ import annotations
 import hashlib
 import os
 import platform
+import stat
 import sys
 import tempfile
 import time
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
@@ -427,6 +429,17 @@ def _entry(manifest: dict, tensor: str) -> Optional[dict]:
     return _LAST_INDEX[0][3].get(tensor)
 
 
+# Small baseline tensors read once per process: the probe, the local
+# judgement and region isolation each look up thousands of them, several
+# times per run. Keyed by the file's identity (inode, size, mtime), so a file
+# replaced on disk is read again; read-only, so no caller can change what the
+# next one gets. Big tensors stay memory-mapped and uncached.
+SMALL_TENSOR_BYTES = 1 << 20
+CACHE_BUDGET_BYTES = 256 << 20
+_CACHE: "OrderedDict[tuple, np.ndarray]" = OrderedDict()
+_CACHE_BYTES = [0]
+
+
 def load_tensor(session: Session, manifest: dict, tensor: str, mmap: bool = True) -> np.ndarray:
     e = _entry(manifest, tensor)
     if e is None:
@@ -434,9 +447,27 @@ def load_tensor(session: Session, manifest: dict, tensor: str, mmap: bool = True
     if not safepath.is_plain_name(e.get("file")):
         raise safepath.UnsafePath(f"baseline manifest names {e.get('file')!r}, not a plain file name")
     path = session.baseline_dir / e["file"]
-    if not safepath.regular_file(path):
+    try:
+        st = os.lstat(path)
+    except OSError:
+        st = None
+    if st is None or not stat.S_ISREG(st.st_mode):
         raise safepath.UnsafePath(f"baseline tensor {path} is missing or not a regular file")
-    return np.load(path, mmap_mode="r" if mmap else None, allow_pickle=False)
+    if st.st_size > SMALL_TENSOR_BYTES:
+        return np.load(path, mmap_mode="r" if mmap else None, allow_pickle=False)
+    key = (str(path), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+    hit = _CACHE.get(key)
+    if hit is not None:
+        _CACHE.move_to_end(key)
+        return hit
+    arr = np.load(path, allow_pickle=False)
+    arr.flags.writeable = False
+    _CACHE[key] = arr
+    _CACHE_BYTES[0] += arr.nbytes
+    while _CACHE_BYTES[0] > CACHE_BUDGET_BYTES and _CACHE:
+        _, old = _CACHE.popitem(last=False)
+        _CACHE_BYTES[0] -= old.nbytes
+    return arr
 
 
 def reference_output(info: ModelInfo, session: Session, manifest: dict, inputs: InputSet,

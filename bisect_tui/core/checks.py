@@ -9,6 +9,7 @@ from __future__ import annotations
 import fnmatch
 import hashlib
 import math
+import queue
 import time
 from pathlib import Path
 from typing import Optional
@@ -41,6 +42,13 @@ class HashSink:
         self.digests[tensor] = self.hashes.pop(tensor).hexdigest()
 
 
+def determinism_plan(info: ModelInfo, shapes: dict[str, list[int]], tensors: list[str],
+                     max_memory: int) -> list[list[str]]:
+    """The second run's groups: the same memory budget as the baseline's."""
+    sizes, _ = model_sizes(info, shapes)
+    return plan_groups(tensors, sizes, activation_budget(max_memory, info.initializer_bytes, sizes))
+
+
 def check_determinism(
     info: ModelInfo,
     session: Session,
@@ -50,17 +58,26 @@ def check_determinism(
     max_memory: int,
     cancel: Optional[CancelToken] = None,
     progress: ProgressFn = no_progress,
+    started: Optional["SecondRun"] = None,
 ) -> dict:
-    """Run the baseline again in fresh sessions and compare every tensor bit for bit."""
+    """Run the baseline again in fresh sessions and compare every tensor bit for bit.
+
+    `started`: the same second run begun earlier (while the baseline dumped),
+    used when it planned exactly this manifest's tensors."""
     key = manifest["key"]
     cached = session.read_json("determinism.json")
     if cached and cached.get("baseline_key") == key:
+        if started is not None:
+            started.abort()
         return cached
     t0 = time.perf_counter()
     tensors = [e["tensor"] for e in manifest["tensors"]]
-    sizes, types = model_sizes(info, shapes)
-    groups = plan_groups(tensors, sizes, activation_budget(max_memory, info.initializer_bytes, sizes))
-    digests = _second_run_in_fresh_process(session, shapes, groups, cancel, progress)
+    groups = determinism_plan(info, shapes, tensors, max_memory)
+    if started is not None and [sorted(g) for g in started.groups] != [sorted(g) for g in groups]:
+        started.abort()
+        started = None
+    run = started or SecondRun(session, shapes, groups, cancel)
+    digests = run.collect(progress)
     idx = manifest_index(manifest)
     differing = []
     for t in tensors:
@@ -75,6 +92,7 @@ def check_determinism(
         "differing": differing,
         "first": differing[0] if differing else None,
         "seconds": time.perf_counter() - t0,
+        "overlapped": started is not None,
     }
     if differing:
         first = differing[0]
@@ -88,43 +106,124 @@ def check_determinism(
     return result
 
 
-def _second_run_in_fresh_process(session: Session, shapes, groups, cancel, progress) -> dict[str, str]:
-    """Run the baseline's groups again in a new Python process (see second_run.py)
-    and return every tensor's SHA-256; cancellable, one-line errors."""
-    import json
-    import os
-    import subprocess
-    import sys
-    import tempfile
+class SecondRun:
+    """The baseline's groups run again in a new Python process (see
+    second_run.py), which prints every tensor's SHA-256.
 
-    from bisect_tui.core import atomic
+    It needs nothing from the first run, so it may start before the baseline
+    dump and run beside it on another core; `collect` waits for its digests.
+    Cancellable at any time; errors are one line."""
 
-    cancel = cancel or CancelToken()
-    tmp_dir = session.path("tmp")
-    tmp_dir.mkdir(parents=True, exist_ok=True)
-    fd, plan_path = tempfile.mkstemp(prefix="determinism-plan-", suffix=".json", dir=tmp_dir)
-    os.close(fd)
-    atomic.write_json(Path(plan_path), {"shapes": shapes, "groups": groups})
-    cmd = [sys.executable, "-m", "bisect_tui.core.second_run", str(session.root), plan_path]
-    digests: Optional[dict] = None
-    error = None
-    try:
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                stdin=subprocess.DEVNULL)
+    def __init__(self, session: Session, shapes, groups: list[list[str]], cancel: Optional[CancelToken]):
+        import atexit
+        import json
+        import os
+        import subprocess
+        import sys
+        import tempfile
         import threading
 
-        def watch() -> None:  # a cancel stops the child even while it is silent
-            while proc.poll() is None:
-                if cancel.cancelled:
-                    proc.kill()
-                    return
-                time.sleep(0.1)
+        from bisect_tui.core import atomic
 
-        threading.Thread(target=watch, daemon=True).start()
+        self.groups = groups
+        self.cancel = cancel or CancelToken()
+        tmp_dir = session.path("tmp")
+        tmp_dir.mkdir(parents=True, exist_ok=True)
+        fd, self.plan_path = tempfile.mkstemp(prefix="determinism-plan-", suffix=".json", dir=tmp_dir)
+        os.close(fd)
+        atomic.write_json(Path(self.plan_path), {"shapes": shapes, "groups": groups})
+        from bisect_tui.core.second_run import take_prestarted
+
+        cmd = [sys.executable, "-m", "bisect_tui.core.second_run", str(session.root), self.plan_path]
         try:
-            assert proc.stdout is not None
-            for line in proc.stdout:
-                if cancel.cancelled:
+            waiting = take_prestarted()
+            if waiting is not None:
+                try:  # the interpreter started at launch: hand it this run
+                    assert waiting.stdin is not None
+                    waiting.stdin.write(json.dumps(cmd[-2:]) + "\n")
+                    waiting.stdin.close()
+                except (OSError, ValueError):
+                    waiting.kill()
+                    waiting.wait()
+                    waiting = None
+            self.proc = waiting or subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                                    text=True, stdin=subprocess.DEVNULL)
+        except BaseException:
+            self._unlink_plan()
+            raise
+        self._done = False
+        # both pipes are drained from the start: a child started early must never
+        # block on a full pipe while this process is still dumping
+        self.lines: "queue.Queue[Optional[str]]" = queue.Queue()
+        self.stderr_parts: list[str] = []
+
+        def read_out() -> None:
+            assert self.proc.stdout is not None
+            for line in self.proc.stdout:
+                self.lines.put(line)
+            self.lines.put(None)
+
+        def read_err() -> None:
+            assert self.proc.stderr is not None
+            self.stderr_parts.append(self.proc.stderr.read())
+
+        def watch() -> None:  # a cancel stops the child even while it is silent
+            while self.proc.poll() is None and not self._done:
+                if self.cancel.cancelled:
+                    self.proc.kill()
+                    return
+                time.sleep(0.05)
+
+        atexit.register(self.abort)  # never an orphan, whatever stops this process
+        self._readers = [threading.Thread(target=f, daemon=True) for f in (read_out, read_err)]
+        for t in self._readers:
+            t.start()
+        threading.Thread(target=watch, daemon=True).start()
+
+    def _unlink_plan(self) -> None:
+        import os
+
+        try:
+            os.unlink(self.plan_path)
+        except OSError:
+            pass
+
+    def abort(self) -> None:
+        """Not needed after all (or the run around it failed): stop the child."""
+        if self._done:
+            return
+        self._done = True
+        import atexit
+
+        atexit.unregister(self.abort)
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self._finish()
+
+    def _finish(self) -> str:
+        self.proc.wait()
+        for t in self._readers:
+            t.join(timeout=10)
+        for f in (self.proc.stdout, self.proc.stderr):
+            if f is not None:
+                f.close()
+        self._unlink_plan()
+        return "".join(self.stderr_parts)
+
+    def collect(self, progress: ProgressFn = no_progress) -> dict[str, str]:
+        import json
+
+        digests: Optional[dict] = None
+        error = None
+        try:
+            while True:
+                try:
+                    line = self.lines.get(timeout=0.1)
+                except queue.Empty:
+                    if self.cancel.cancelled:
+                        break
+                    continue
+                if line is None or self.cancel.cancelled:
                     break
                 try:
                     msg = json.loads(line)
@@ -138,26 +237,21 @@ def _second_run_in_fresh_process(session: Session, shapes, groups, cancel, progr
                 elif "error" in msg:
                     error = msg["error"]
         finally:
-            if proc.poll() is None and (cancel.cancelled or digests is None):
-                proc.kill()
-            proc.wait()
-            stderr = proc.stderr.read() if proc.stderr else ""
-            if proc.stderr:
-                proc.stderr.close()
-            proc.stdout.close()
-        cancel.check()
-    finally:
-        try:
-            os.unlink(plan_path)
-        except OSError:
-            pass
-    if error:
-        raise UserError(error)
-    if digests is None:
-        last = (stderr or "").strip().splitlines()
-        raise RuntimeError("the determinism check's second run (a fresh process) failed: "
-                           + (last[-1] if last else f"exit code {proc.returncode}"))
-    return digests
+            if self.proc.poll() is None and (self.cancel.cancelled or digests is None):
+                self.proc.kill()
+            self._done = True
+            import atexit
+
+            atexit.unregister(self.abort)
+            stderr = self._finish()
+        self.cancel.check()
+        if error:
+            raise UserError(error)
+        if digests is None:
+            last = (stderr or "").strip().splitlines()
+            raise RuntimeError("the determinism check's second run (a fresh process) failed: "
+                               + (last[-1] if last else f"exit code {self.proc.returncode}"))
+        return digests
 
 
 def parse_ranges(items) -> list[tuple[str, float, float]]:

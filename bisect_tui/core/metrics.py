@@ -168,15 +168,19 @@ def _compare(
     class_axis: int = -1,
     hist_bins: int = 20,
     allclose: tuple[float, float] | None = None,
+    histograms: bool = True,
 ) -> dict:
     """compare(), optionally also doing the elementwise atol/rtol test in the
     same pass (used by tolerance.judge_arrays so arrays are read only twice).
+    ``histograms=False`` leaves the three histograms empty: the fused-graph
+    probe judges thousands of tensors nobody plots, and binning was most of
+    its cost; every other figure is the same.
     Float64 overflow (|t - r| beyond 1.8e308) is not an error here: it yields
     inf metrics, which fail any tolerance."""
     with np.errstate(over="ignore"):
         return _compare_impl(
             reference, test, rel_floor=rel_floor, topk=topk, class_axis=class_axis,
-            hist_bins=hist_bins, allclose=allclose,
+            hist_bins=hist_bins, allclose=allclose, histograms=histograms,
         )
 
 
@@ -189,6 +193,7 @@ def _compare_impl(
     class_axis: int,
     hist_bins: int,
     allclose: tuple[float, float] | None,
+    histograms: bool = True,
 ) -> dict:
     if hist_bins < 1:
         raise ValueError(f"hist_bins must be >= 1, got {hist_bins}")
@@ -277,17 +282,18 @@ def _compare_impl(
     err_counts = ref_counts = test_counts = None
     hist_values = False
     if n:
-        e_lo, e_hi = _edges(
-            math.log10(min(max(err_min, ERR_CLAMP), _FMAX)),
-            math.log10(min(max(err_max, ERR_CLAMP), _FMAX)),
-            hist_bins,
-        )
-        v_lo, v_hi = _edges(min(r_min, t_min), max(r_max, t_max), hist_bins)
-        hist_values = math.isfinite(v_hi - v_lo)  # a +/-1e308 span cannot be binned
-        err_counts = np.zeros(hist_bins, dtype=np.int64)
-        if hist_values:
-            ref_counts = np.zeros(hist_bins, dtype=np.int64)
-            test_counts = np.zeros(hist_bins, dtype=np.int64)
+        if histograms:
+            e_lo, e_hi = _edges(
+                math.log10(min(max(err_min, ERR_CLAMP), _FMAX)),
+                math.log10(min(max(err_max, ERR_CLAMP), _FMAX)),
+                hist_bins,
+            )
+            v_lo, v_hi = _edges(min(r_min, t_min), max(r_max, t_max), hist_bins)
+            hist_values = math.isfinite(v_hi - v_lo)  # a +/-1e308 span cannot be binned
+            err_counts = np.zeros(hist_bins, dtype=np.int64)
+            if hist_values:
+                ref_counts = np.zeros(hist_bins, dtype=np.int64)
+                test_counts = np.zeros(hist_bins, dtype=np.int64)
         for _start, rc, tc in _chunks(ref, tst):
             rc, tc, _ = _finite_pair(rc, tc)
             if rc.size == 0:
@@ -322,6 +328,8 @@ def _compare_impl(
             within1 += int(np.count_nonzero(rel <= 1e-3))
             within5 += int(np.count_nonzero(rel <= 5e-3))
             del rel, buf
+            if err_counts is None:
+                continue
             np.clip(err, ERR_CLAMP, _FMAX, out=err)
             np.log10(err, out=err)
             err_counts += np.histogram(err, bins=hist_bins, range=(e_lo, e_hi))[0]

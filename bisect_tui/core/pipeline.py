@@ -8,6 +8,7 @@ reuses a valid earlier result) and writes its own result there.
 
 from __future__ import annotations
 
+import os
 import time
 import zipfile
 from dataclasses import dataclass, field
@@ -163,6 +164,10 @@ class Triage:
         self.fused: Optional[dict] = None
         self.framework: Optional[dict] = None  # torch front end: golden data, cross-check, pitfalls
         self.arbiter: Optional[dict] = None
+        # per-tensor errors of a fused graph already probed in this process (the
+        # check's probe is the search's when both run at the user's settings)
+        self.probe_errors: dict[tuple, dict] = {}
+        self._second_run = None  # checks.SecondRun started beside the baseline dump
         self._torch = None  # frontends.torch.step.TorchPrepared
         self._engine = engine
 
@@ -275,16 +280,48 @@ class Triage:
         self._need_prepared()
         assert self.info and self.session and self.inputs
         self.session.mark_step("baseline", "running")
-        res = run_baseline(
-            self.info, self.session, self.inputs, self.shapes, self.max_memory,
-            self.cancel, self.progress,
-        )
+        early = self._start_second_run_early()
+        try:
+            res = run_baseline(
+                self.info, self.session, self.inputs, self.shapes, self.max_memory,
+                self.cancel, self.progress,
+            )
+        except BaseException:
+            if early is not None:
+                early.abort()
+            raise
+        self._second_run = early
         self.baseline = res
         self.session.mark_step(
             "baseline", "passed", tensors=len(res.manifest["tensors"]), reused=res.reused,
             bytes=res.manifest["bytes"], recomputed=len(res.recomputed),
         )
         return res
+
+    def _start_second_run_early(self):
+        """The determinism check's second run, started now so that its process
+        start and its run overlap the dump on another core. Only for a model
+        whose activations are a small share of the memory budget (both runs
+        hold theirs at once) and one group; otherwise it runs after the dump."""
+        if not self.opts.check_determinism or (os.cpu_count() or 1) < 2:
+            return None
+        from bisect_tui.core.baseline import baseline_key
+        from bisect_tui.core.checks import SecondRun, determinism_plan
+        from bisect_tui.core.runner import model_sizes
+
+        assert self.info and self.session and self.inputs
+        cached = self.session.read_json("determinism.json")
+        if cached and cached.get("baseline_key") == baseline_key(self.info, self.inputs):
+            return None
+        tensors = self.info.index.intermediate_tensors()
+        sizes, _ = model_sizes(self.info, self.shapes)
+        activations = sum(sizes.get(t) or 0 for t in tensors) * max(self.inputs.samples, 1)
+        if activations > self.max_memory // 8:
+            return None
+        groups = determinism_plan(self.info, self.shapes, tensors, self.max_memory)
+        if len(groups) != 1:
+            return None
+        return SecondRun(self.session, self.shapes, groups, self.cancel)
 
     # step 3 -----------------------------------------------------------------
     def run_determinism(self) -> dict:
@@ -296,9 +333,10 @@ class Triage:
             self.determinism = {"deterministic": None, "skipped": True}
             return self.determinism
         self.session.mark_step("determinism", "running")
+        started, self._second_run = self._second_run, None
         res = check_determinism(
             self.info, self.session, self.inputs, self.shapes, self.baseline.manifest,
-            self.max_memory, self.cancel, self.progress,
+            self.max_memory, self.cancel, self.progress, started=started,
         )
         self.determinism = res
         self.session.mark_step("determinism", "passed" if res["deterministic"] else "failed")

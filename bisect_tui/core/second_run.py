@@ -17,6 +17,41 @@ import sys
 from pathlib import Path
 
 
+def prestart() -> None:
+    """Start the second run's interpreter now, before this process has even
+    imported its libraries: it imports numpy, onnx and ONNX Runtime while this
+    one does, then waits on its stdin for the session and plan (SecondRun hands
+    them over). Unused, it exits when this process does (its stdin closes)."""
+    import os
+    import subprocess
+
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cores = os.cpu_count() or 1
+    if cores < 2 or _PRESTARTED:
+        return  # one core: the child would only slow this process down
+    try:
+        proc = subprocess.Popen([sys.executable, "-m", "bisect_tui.core.second_run", "--stdin"],
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True)
+    except OSError:
+        return  # SecondRun starts its own when the time comes
+    _PRESTARTED.append(proc)
+
+
+_PRESTARTED: list = []
+
+
+def take_prestarted():
+    """The waiting interpreter, if one is still alive (else None)."""
+    while _PRESTARTED:
+        proc = _PRESTARTED.pop()
+        if proc.poll() is None:
+            return proc
+    return None
+
+
 def main(argv: list[str]) -> int:
     import numpy as np
 
@@ -26,6 +61,13 @@ def main(argv: list[str]) -> int:
     from bisect_tui.core.runner import model_sizes, run_groups
     from bisect_tui.core.session import Session
 
+    if argv == ["--stdin"]:
+        import onnxruntime  # noqa: F401  (imported while waiting, not after)
+
+        line = sys.stdin.readline()
+        if not line.strip():
+            return 0  # not needed after all
+        argv = json.loads(line)
     session = Session(Path(argv[0]))
     with open(argv[1], encoding="utf-8") as fh:
         plan = json.load(fh)

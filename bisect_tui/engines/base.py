@@ -94,6 +94,10 @@ class Capabilities:
     levels: tuple[str, ...] = ("all",)  # optimization levels, lowest first
     precisions: tuple[str, ...] = ("fp32",)
     observation: str = ""  # how `observe` sees fused tensors, one line
+    # op domains of nodes a layout rewrite makes (ORT's NCHWc at level "all"): such
+    # a node stands for a whole trunk, so a culprit found there is searched again
+    # at the lowest failing level, whose map is finer
+    coarse_domains: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -213,9 +217,11 @@ class FusedNode:
         return bool(self.optimizers)
 
     def to_dict(self) -> dict:
-        d = asdict(self)
-        d["is_fused"] = self.is_fused
-        return d
+        # by hand, not dataclasses.asdict: maps of thousands of nodes are written per build
+        return {"name": self.name, "op_type": self.op_type, "domain": self.domain,
+                "inputs": list(self.inputs), "outputs": list(self.outputs),
+                "original_nodes": list(self.original_nodes), "optimizers": list(self.optimizers),
+                "is_fused": self.is_fused}
 
     @classmethod
     def from_dict(cls, d: dict) -> "FusedNode":
@@ -257,7 +263,11 @@ class BuiltEngine(Protocol):
     # marked tensors the engine could not mark (renamed by a conversion)
     unmarkable: list[str]
 
-    def run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]: ...
+    def run(self, feeds: dict[str, np.ndarray], names: Optional[Sequence[str]] = None) -> dict[str, np.ndarray]:
+        """Outputs by name: all (graph outputs, then marked tensors), or only
+        `names` (a search step judges the graph outputs only: copying out
+        thousands of marked activations per build is wasted time and memory)."""
+        ...
 
     def observe(self, feeds: dict[str, np.ndarray], tensors: Sequence[str]) -> dict[str, np.ndarray]:
         """Values of original tensors as the fused program computes them, without

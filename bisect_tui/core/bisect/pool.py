@@ -66,6 +66,7 @@ class BuildJob:
     marks: tuple[str, ...]
     workdir: Optional[str] = None
     want_unblocked: bool = False
+    outputs: tuple[str, ...] = ()  # the outputs to fetch and return (judged); () = all
 
 
 @dataclass
@@ -108,7 +109,7 @@ def build_and_run(engine, model_path: str, feeds: Sequence[dict], job: BuildJob,
         res.seconds = time.perf_counter() - t0
         return res
     try:
-        outs = [built.run(f) for f in feeds]
+        outs = [built.run(f, list(job.outputs) or None) for f in feeds]
         if job.want_unblocked and job.marks:
             res.unblocked = [f.name for f in built.fusions_across(job.marks)]
         if workdir is not None:

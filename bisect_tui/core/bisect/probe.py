@@ -38,7 +38,7 @@ class _ErrorSink:
         ref = np.asarray(load_tensor(self.t.session, self.t.baseline.manifest, tensor))
         if ref.shape != test.shape:
             return  # a layout-changed twin (e.g. NCHWc) is not comparable element-wise
-        metrics, verdict = judge_arrays(ref, test, self.tol)
+        metrics, verdict = judge_arrays(ref, test, self.tol, histograms=False)
         self.errors[tensor] = {
             "ratio": min(verdict.ratio, 1e300),
             "passed": verdict.passed,
@@ -70,22 +70,42 @@ def _observe_groups(triage, observer, groups: list[list[str]], sink) -> None:
         triage.progress(Progress("probe", f"fused-graph probe: group {gi + 1}/{len(groups)}", done, total))
 
 
+def _probe_key(triage, optimized_path: str, tol, config) -> Optional[tuple]:
+    """Which probe an earlier one in this process can stand for: the same
+    optimized graph file (by identity and content size, as read now), the same
+    settings, tolerance and baseline."""
+    import os
+
+    try:
+        st = os.lstat(optimized_path)
+    except (OSError, TypeError, ValueError):
+        return None
+    return (str(optimized_path), st.st_ino, st.st_size, st.st_mtime_ns, repr(tol),
+            repr(sorted(config.to_dict().items())), triage.baseline.manifest.get("key"))
+
+
 def run_probe(triage, optimized_path: str, units: list[Unit], tolerance=None, config=None) -> dict:
     """Per-tensor error of the fused graph and each unit's own vs inherited error."""
     tol = tolerance or triage.opts.tolerance.default
-    observer = triage.engine.observer(triage.session.model_path, config or triage.opts.config, optimized_path)
+    config = config or triage.opts.config
     idx = manifest_index(triage.baseline.manifest)
-    shared = [t for t in dict.fromkeys(observer.tensors if observer else []) if t in idx]
-    sizes = {t: idx[t]["bytes"] // max(triage.inputs.samples, 1) for t in shared}
-    groups = plan_groups(shared, sizes, max(triage.max_memory // max(2 * triage.inputs.samples, 1), 16 << 20))
-    sink = _ErrorSink(triage, tol)
-    try:
-        if observer is not None:
-            _observe_groups(triage, observer, groups, sink)
-    finally:
-        if observer is not None:
-            observer.close()
-    errors = sink.errors
+    key = _probe_key(triage, optimized_path, tol, config)
+    errors = triage.probe_errors.get(key) if key is not None else None
+    if errors is None:
+        observer = triage.engine.observer(triage.session.model_path, config, optimized_path)
+        shared = [t for t in dict.fromkeys(observer.tensors if observer else []) if t in idx]
+        sizes = {t: idx[t]["bytes"] // max(triage.inputs.samples, 1) for t in shared}
+        groups = plan_groups(shared, sizes, max(triage.max_memory // max(2 * triage.inputs.samples, 1), 16 << 20))
+        sink = _ErrorSink(triage, tol)
+        try:
+            if observer is not None:
+                _observe_groups(triage, observer, groups, sink)
+        finally:
+            if observer is not None:
+                observer.close()
+        errors = sink.errors
+        if key is not None:
+            triage.probe_errors[key] = errors
     order = {t: i for i, t in enumerate(triage.info.index.intermediate_tensors())}
     graph_inputs = set(triage.info.index.graph_inputs) | triage.info.index.initializers
     unit_rows = []

@@ -17,6 +17,7 @@ when `--ray` is given.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import os
 import re
@@ -69,7 +70,7 @@ class BuildActor:
         local = job
         if job.workdir is not None:  # the session's engine folder: a folder of ours on this machine
             sub = self.dir / ("eng_" + hashlib.sha1(job.workdir.encode()).hexdigest()[:12])
-            local = BuildJob(job.config, job.marks, str(sub), job.want_unblocked)
+            local = dataclasses.replace(job, workdir=str(sub))
         res = guarded_build(self.engine, self.model, self.feeds, local, self.name, self.keep)
         if res.optimized:
             opt = Path(res.optimized)

@@ -110,6 +110,7 @@ def _run(triage, bis, probe, max_builds: int, max_culprits: int) -> dict:
     layers = [{"layer": 1, "disabled": [], "verdict": search["verdict"], "culprits": len(culprits)}]
     extra_steps: list = []
     extra_builds = 0
+    extra_subgraph = 0
     disabled: list[str] = []
     stopped = None
     layer_culprits, layer_search = culprits, search
@@ -139,6 +140,7 @@ def _run(triage, bis, probe, max_builds: int, max_culprits: int) -> dict:
                 st.kind = f"round {layer}: {st.kind}"
             extra_steps += sub.steps
             extra_builds += sub.builds
+            extra_subgraph += sub.subgraph_builds
             c2, g2, a2 = _culprits_of(triage, sub, s2, layer, disabled, len(culprits) + 1)
             layers.append({"layer": layer, "disabled": disabled, "verdict": s2["verdict"], "culprits": len(c2)})
             if not c2:
@@ -216,6 +218,8 @@ def _run(triage, bis, probe, max_builds: int, max_culprits: int) -> dict:
         "precision": precision,
         "steps": steps,
         "engine_builds": bis.builds + extra_builds,
+        # builds of a suspect's own few nodes that stood in for whole-graph ones (subgraph_check.py)
+        "subgraph_builds": bis.subgraph_builds + extra_subgraph,
         "parallel": {"workers": bis.pool.workers, "fanout": bis.fanout, "pool": bis.pool.kind},
         "untrusted_steps": bis.untrusted_steps,  # recorded steps whose digest failed: recomputed
         "finished": now_iso(),

@@ -71,10 +71,13 @@ class Step:
     unblocked: Optional[list[str]] = None
     worker: Optional[str] = None  # which process built it: "main" or "w<pid>"
     round_size: Optional[int] = None  # builds of the round it was built in, when more than one
+    # judged on the fused node's own subgraph, the rest of the graph unfused
+    # (subgraph_check.py): an engine build of a few nodes, not a whole-graph build
+    subgraph: Optional[bool] = None
 
     def to_dict(self) -> dict:
         d = dict(self.__dict__)
-        for k in ("unblocked", "worker", "round_size"):
+        for k in ("unblocked", "worker", "round_size", "subgraph"):
             if d.get(k) is None:
                 d.pop(k, None)
         return d
@@ -124,6 +127,8 @@ class Bisector:
         self.dir.mkdir(parents=True, exist_ok=True)
         self.steps: list[Step] = []
         self.builds = 0
+        self.subgraph_builds = 0  # engine builds of extracted subgraphs standing for whole-graph ones
+        self._no_subgraph: set[str] = set()  # suspects whose subgraph cannot stand for the whole graph
         self.expected_builds = 0
         self._cache: dict[str, dict] = {}
         self._all_tensors = triage.info.index.intermediate_tensors()
@@ -262,7 +267,8 @@ class Bisector:
             workdir = self.engine_dir(config) if not marks else None
             jobs.append(BuildJob(config=config.to_dict(), marks=tuple(marks),
                                  workdir=str(workdir) if workdir is not None else None,
-                                 want_unblocked=bool(marks) and not self._marking_blocks))
+                                 want_unblocked=bool(marks) and not self._marking_blocks,
+                                 outputs=tuple(self.t.info.outputs)))
         first = plans[todo[0]]
         what = (f"{first[0]}: {first[4]}" if len(todo) == 1 else
                 f"{len(todo)} candidates at once ({min(len(todo), self.pool.workers)} worker(s))")
@@ -421,7 +427,7 @@ class Bisector:
         tries = [s for s in seeds if s in remaining][:MAX_SEED_TRIES]
         for at in range(0, len(tries), self.fanout):
             batch = tries[at: at + self.fanout]
-            steps = self.evaluate_many([Candidate("suspect alone", [s], held=held) for s in batch])
+            steps = self.suspects_alone(batch, held)
             for s, step in zip(batch, steps):
                 if not step.passed:
                     return [s]
@@ -488,14 +494,29 @@ class Bisector:
         if full.passed:
             result.update(verdict="pass", culprits=[], units=[], level=self.config.level)
             return self._finish(result, t0)
-        blocked = self.evaluate("all fusions blocked", None, marks=list(self._all_tensors))
+        confirmed: Optional[Unit] = None
+        # in an amplifying model the lowest failing level only shows amplified reordering:
+        # every fusion of the user's level is judged locally instead
+        users_level = self.amplifies() or self.config.level == self.levels[0] or len(self.levels) < 2
+        if not users_level and probe_fn:
+            # the probe of the user's own engine (the check built it) and its suspect on
+            # its subgraph: no whole-graph build yet
+            confirmed = self._suspect_at_user_level(probe_fn)
+        first = [Candidate("all fusions blocked", None, marks=list(self._all_tensors))]
+        if confirmed is not None and self.fanout > 1:
+            # speculative, in the same round (the strategy's, so any number of workers
+            # makes the same builds): the other fusions with the suspect held, which the
+            # search asks next when the blocked build passes
+            at_user, _ = self.units_at(self.config.level)
+            rest = [u for u in at_user if u.blockable and u != confirmed]
+            if rest:
+                first.append(Candidate("remaining fusions", rest, held=[confirmed]))
+        blocked = self.evaluate_many(first)[0]
         result["all_blocked"] = blocked.to_dict()
-        if self.amplifies() or self.config.level == self.levels[0] or len(self.levels) < 2:
-            # in an amplifying model the lowest failing level only shows amplified reordering:
-            # every fusion of the user's level is judged locally instead
+        if users_level or confirmed is not None:
             level = self.config.level
         else:
-            level, _ = self.find_level()
+            level = self.find_level()[0]
         result["level"] = level
         try:
             units, optimized = self.units_at(level)
@@ -559,10 +580,13 @@ class Bisector:
                 remaining = [u for u in searchable if u not in held]
                 if not remaining:
                     break
-                check = self.evaluate("remaining fusions" if held else "all fusions at level",
-                                      remaining, held=held)
-                if check.passed:
-                    break
+                if held or confirmed is None:
+                    check = self.evaluate("remaining fusions" if held else "all fusions at level",
+                                          remaining, held=held)
+                    if check.passed:
+                        break
+                # else: a suspect alone already fails at this level, so the fusions together
+                # need no build to show that something fails; find_one names that suspect
                 if len(culprits) >= self.max_culprits:
                     stopped = "max_culprits"
                     break
@@ -596,6 +620,82 @@ class Bisector:
                 "the unmarked engine (e.g. a fusion spanning several marked tensors)"
             )
         return self._finish(result, t0)
+
+    def _suspect_at_user_level(self, probe_fn: Callable) -> Optional[Unit]:
+        """The probe of the user's own engine (the check already built it) names
+        fused nodes whose error is their own. When one of them alone, every other
+        fusion blocked, already breaks the tolerance, the search stays at the
+        user's level: the level-by-level builds would only say at which level
+        that fusion appears, which its pass (the attribution) says too."""
+        try:
+            units, optimized = self.units_at(self.config.level)
+        except RuntimeError:
+            return None
+        if not optimized:
+            return None
+        probe = probe_fn(optimized, units)
+        by_idx = {u.index: u for u in units}
+        seeds = [by_idx[i] for i in probe.get("suspects", []) if i in by_idx and by_idx[i].blockable]
+        caps = getattr(self.engine, "capabilities", None)
+        coarse = set(getattr(caps, "coarse_domains", ()) or ())
+        # a layout-rewritten node stands for a whole trunk: the lower levels' finer map is worth their builds
+        batch = [u for u in seeds if u.domain not in coarse][: max(1, min(self.fanout, MAX_SEED_TRIES))]
+        if not batch:
+            return None
+        steps = self.suspects_alone(batch, [])
+        return next((u for u, st in zip(batch, steps) if not st.passed), None)
+
+    def suspects_alone(self, batch: list[Unit], held: list[Unit]) -> list[Step]:
+        """Each suspect with every other fusion blocked: on its own subgraph
+        where that stands for the whole graph (subgraph_check.py), else by a
+        whole-graph build (one round for those)."""
+        out: list[Optional[Step]] = [self._suspect_subgraph_step(u) for u in batch]
+        rest = [i for i, st in enumerate(out) if st is None]
+        if rest:
+            steps = self.evaluate_many([Candidate("suspect alone", [batch[i]], held=held) for i in rest])
+            for i, st in zip(rest, steps):
+                out[i] = st
+        return out  # type: ignore[return-value]
+
+    def _suspect_subgraph_step(self, u: Unit) -> Optional[Step]:
+        from bisect_tui.core.bisect.subgraph_check import suspect_on_subgraph
+
+        key = stable_key(self.search_key, "subgraph/v1", self.config.to_dict(), sorted(u.original_nodes))
+        kind = "suspect alone, on its subgraph"
+        region = region_text([u])
+        done = next((st for st in self.steps if st.key == key), None)
+        if done is not None:
+            return done
+        cached = self._cache.get(key)
+        if cached is not None:
+            known = {k: v for k, v in cached.items() if k in Step.__dataclass_fields__}
+            step = Step(**{**known, "n": len(self.steps) + 1, "kind": kind, "region": region,
+                           "enabled": [u.index], "cached": True, "builds": self.builds})
+            self.steps.append(step)
+            self._report(step)
+            return step
+        if key in self._no_subgraph:
+            return None
+        self.t.cancel.check()
+        self.t.progress(Progress("bisect", f"step {len(self.steps) + 1}: suspect {region} on its subgraph",
+                                 self.builds, max(self.expected_builds, self.builds)))
+        res = suspect_on_subgraph(self, u, self.config, self.dir / "subgraphs" / f"unit_{u.index}")
+        if res is None:
+            self._no_subgraph.add(key)
+            return None
+        j = res["judgement"]
+        self.subgraph_builds += 1
+        step = Step(
+            n=len(self.steps) + 1, kind=kind, region=region, enabled=[u.index],
+            config={"level": self.config.level, "disabled_optimizers": list(self.config.disabled_optimizers)},
+            marks=0, passed=j.passed, ratio=_finite(j.ratio), max_abs=_finite(j.max_abs), summary=j.summary,
+            builds=self.builds, cached=False, seconds=res["seconds"], key=key, worker="main", subgraph=True,
+        )
+        self.steps.append(step)
+        self._append({**step.to_dict(), "at": now_iso()})
+        self._cache[key] = step.to_dict()
+        self._report(step)
+        return step
 
     def amplifies(self) -> bool:
         """The check's sensitivity: a 1-ulp input change already breaks the tolerance."""

@@ -9,7 +9,7 @@ blocked by marking; the search reports such units instead of guessing.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Iterable
 
 from bisect_tui.core.graph import GraphIndex
@@ -36,7 +36,11 @@ class Unit:
         return f"{self.fused_node} ({self.op_type}, {len(self.original_nodes)} nodes)"
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        # by hand, not dataclasses.asdict (a deep copy through every list): thousands per result
+        return {"index": self.index, "fused_node": self.fused_node, "op_type": self.op_type,
+                "original_nodes": list(self.original_nodes), "optimizers": list(self.optimizers),
+                "outputs": list(self.outputs), "interior": list(self.interior), "domain": self.domain,
+                "inputs": list(self.inputs)}
 
     @classmethod
     def from_dict(cls, d: dict) -> "Unit":

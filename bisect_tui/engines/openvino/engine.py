@@ -278,7 +278,7 @@ class OvBuilt:
             self._fused = fused_node_map(self._onnx(), self.layers)
         return self._fused
 
-    def run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    def run(self, feeds: dict[str, np.ndarray], names: Optional[Sequence[str]] = None) -> dict[str, np.ndarray]:
         if self._compiled is None:
             raise RuntimeError("engine is closed")
         try:
@@ -286,7 +286,8 @@ class OvBuilt:
         except Exception as e:  # built, then failed on these inputs: a finding
             raise EngineRunError(f"OpenVINO failed to run the model: {_first_line(e)}", _first_line(e)) from None
         values = list(result.values())
-        return {name: np.array(values[i]) for name, i in self._ports.items()}
+        want = None if names is None else set(names)
+        return {name: np.array(values[i]) for name, i in self._ports.items() if want is None or name in want}
 
     def observe(self, feeds: dict[str, np.ndarray], tensors: Sequence[str]) -> dict[str, np.ndarray]:
         obs = OvObserver(self.source_path, self.config, self.layers)

@@ -44,6 +44,7 @@ CAPABILITIES = Capabilities(
     levels=LEVELS, precisions=ORT_PRECISIONS,
     observation="the saved optimized graph rerun at ORT_DISABLE_ALL: its surviving tensors marked, "
                 "no fusion undone",
+    coarse_domains=("com.microsoft.nchwc",),
 )
 
 

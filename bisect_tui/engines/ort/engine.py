@@ -28,7 +28,7 @@ import tempfile
 import uuid
 import weakref
 from pathlib import Path
-from typing import Collection, Iterable, Optional
+from typing import Collection, Iterable, Optional, Sequence
 
 import numpy as np
 import onnx
@@ -190,16 +190,17 @@ class OrtBuilt:
             self._fused = fused_node_map(original, optimized, known_optimizers())
         return self._fused
 
-    def run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        """All outputs (graph outputs, then marked tensors) by name."""
+    def run(self, feeds: dict[str, np.ndarray], names: Optional[Sequence[str]] = None) -> dict[str, np.ndarray]:
+        """All outputs (graph outputs, then marked tensors) by name, or only `names`."""
         if self._session is None:
             raise RuntimeError("engine is closed")
+        wanted = self.output_names if names is None else [n for n in names if n in set(self.output_names)]
         try:
-            values = self._session.run(self.output_names, feeds)
+            values = self._session.run(wanted, feeds)
         except _ort_errors() as e:
             # the engine built but its kernels fail on these inputs: a finding
             raise _run_error(e) from None
-        return dict(zip(self.output_names, values))
+        return dict(zip(wanted, values))
 
     def observe(self, feeds: dict[str, np.ndarray], tensors) -> dict[str, np.ndarray]:
         if self.optimized_model_path is None:
@@ -256,6 +257,29 @@ class OrtObserver:
 
     def close(self) -> None:
         self._session = None
+
+
+# The model a marked build starts from, with its tensor names and inferred
+# types: a search builds the same model dozens of times with different marks,
+# and loading plus shape inference was a tenth of each build on a 5,000-node
+# graph. Kept for models up to this size only (the proto holds the weights),
+# keyed by the file's identity so a changed file is read again.
+_BASE_CACHE_MAX_BYTES = 256 << 20
+_BASE_CACHE: dict[tuple, tuple] = {}
+
+
+def _marking_base(path: Path) -> tuple:
+    st = os.stat(path)
+    key = (str(Path(path).resolve()), st.st_ino, st.st_size, st.st_mtime_ns)
+    hit = _BASE_CACHE.get(key)
+    if hit is not None:
+        return hit
+    model = _load(path)
+    entry = (model, _existing_tensors(model), tensor_types(model))
+    if st.st_size <= _BASE_CACHE_MAX_BYTES and not _uses_external_data(model):
+        _BASE_CACHE.clear()  # one model at a time: the search's
+        _BASE_CACHE[key] = entry
+    return entry
 
 
 class OrtEngine:
@@ -408,17 +432,16 @@ class OrtEngine:
         unmarkable: list[str] = []
         base_path = (_fp16_model_path(model_path, workdir, config.keep_fp32)
                      if config.precision == "fp16" else model_path)
-        model = _load(base_path) if marked else None
+        model, existing, types = _marking_base(base_path) if marked else (None, set(), {})
         markable: list[str] = []
         if marked and model is not None:
-            existing = _existing_tensors(model)
             markable = [t for t in marked if t in existing]
             # e.g. a tensor the fp16 converter renamed: legitimate, reported to the caller
             unmarkable = [t for t in marked if t not in existing]
         model_arg: str | bytes
         if markable and model is not None:
             # fp16: types come from the converted model, so marked tensors are fp16
-            model = mark_outputs(model, markable, tensor_types(model))
+            model = mark_outputs(model, markable, types)
             if _model_size_estimate(model) > _threshold():
                 build_path = workdir / f"build_{key}.onnx"
                 _save_model(model, build_path)

@@ -27,7 +27,7 @@ import tempfile
 import weakref
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Collection, Optional
+from typing import Collection, Optional, Sequence
 
 import numpy as np
 
@@ -287,13 +287,14 @@ class TrtBuilt:
             self._fused = fused_nodes_from_inspector(layers, self._graph())
         return self._fused
 
-    def run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    def run(self, feeds: dict[str, np.ndarray], names: Optional[Sequence[str]] = None) -> dict[str, np.ndarray]:
         self.ensure({k: list(np.shape(v)) for k, v in feeds.items()})
         try:
             out = self._runner.infer(feed_dict=dict(feeds))
         except Exception as e:  # PolygraphyException, RuntimeError from CUDA
             raise EngineRunError(f"TensorRT failed running the engine: {_first_line(e)}", _first_line(e)) from None
-        return {k: np.array(v) for k, v in out.items() if k in self.output_names}
+        want = set(self.output_names if names is None else names) & set(self.output_names)
+        return {k: np.array(v) for k, v in out.items() if k in want}
 
     def observe(self, feeds: dict[str, np.ndarray], tensors) -> dict[str, np.ndarray]:
         """Debug tensors captured by the runner's listener (engines built with

@@ -1,0 +1,139 @@
+"""A suspect judged on its own subgraph instead of a whole-graph build.
+
+"This fused node alone breaks tolerance" is, on the whole graph, one engine
+build with every other fusion blocked: everything but the suspect then runs
+the unfused kernels, whose values are the baseline's (the search's "all
+fusions blocked" step shows it). The same question costs far less as:
+
+1. the suspect's original nodes extracted as a model, fed the baseline's own
+   tensors, built and run through the engine under test (a build of a few
+   nodes, not thousands: on TensorRT seconds instead of minutes);
+2. the rest of the graph run unfused (the reference: ORT_DISABLE_ALL, as the
+   baseline) from the suspect's fused outputs to the model's outputs;
+3. the model's outputs judged at the user's tolerance, like any step.
+
+It stands for the whole-graph build only where the engine's result there is
+the same as in the whole graph: the engine must fuse the extracted nodes into
+the same single fused node (same op, same original nodes) it made in the
+whole graph. Anything else (a different fusion, a build or run error, an
+engine that keeps no fused-node map) returns None and the caller builds the
+whole graph as before.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
+import onnx
+from onnx import helper
+
+from bisect_tui.core import atomic
+from bisect_tui.core.baseline import load_tensor, manifest_index
+from bisect_tui.core.bisect.isolate import extract_subgraph
+from bisect_tui.core.bisect.units import Unit
+from bisect_tui.core.errors import EngineBuildError, EnvironmentFault, UserError
+
+
+def value_types(triage) -> dict[str, tuple[str, list[int]]]:
+    """dtype and per-sample shape of every graph input and dumped tensor."""
+    types: dict[str, tuple[str, list[int]]] = {}
+    for name, arr in triage.inputs.arrays.items():
+        types[name] = (arr.dtype.name, list(arr.shape[1:]))
+    for t, e in manifest_index(triage.baseline.manifest).items():
+        types[t] = (e["dtype"], e["shape"])
+    return types
+
+
+def downstream_model(model: onnx.ModelProto, unit: Unit,
+                     types: dict[str, tuple[str, list[int]]]) -> onnx.ModelProto:
+    """The model without the suspect's nodes, its output tensors fed in as
+    graph inputs: run unfused, it carries the suspect's values to the outputs."""
+    region = set(unit.original_nodes)
+    feeds = [t for t in unit.outputs if t not in {i.name for i in model.graph.input}]
+    m = onnx.ModelProto()
+    m.CopyFrom(model)
+    g = m.graph
+    kept = [n for n in g.node if n.name not in region]
+    del g.node[:]
+    g.node.extend(kept)
+    vis = [v for v in g.value_info if v.name not in set(feeds)]
+    del g.value_info[:]
+    g.value_info.extend(vis)
+    for t in feeds:
+        dtype, shape = types[t]
+        g.input.append(helper.make_tensor_value_info(t, helper.np_dtype_to_tensor_dtype(np.dtype(dtype)), shape))
+    return m
+
+
+def same_fusion(unit: Unit, fused_nodes) -> bool:
+    """The extracted nodes became exactly the suspect's fused node."""
+    fused = [f for f in fused_nodes if f.is_fused]
+    return (len(fused) == 1 and fused[0].op_type == unit.op_type
+            and sorted(fused[0].original_nodes) == sorted(unit.original_nodes))
+
+
+def suspect_on_subgraph(bis, unit: Unit, config, out_dir: Path) -> Optional[dict]:
+    """The suspect's own fusion, judged on the model's outputs without a
+    whole-graph build: {"judgement", "seconds", "fused_node"}; None when the
+    subgraph cannot stand for the whole graph (see the module's docstring)."""
+    t = bis.t
+    if not unit.outputs or not unit.original_nodes:
+        return None
+    t0 = time.perf_counter()
+    types = value_types(t)
+    if any(o not in types for o in unit.outputs):
+        return None
+    try:
+        sub, sub_inputs = extract_subgraph(t.info.model, list(unit.original_nodes), list(unit.outputs), types)
+    except (KeyError, ValueError):
+        return None
+    out_dir.mkdir(parents=True, exist_ok=True)
+    sub_path = out_dir / "subgraph.onnx"
+    atomic.write_bytes(sub_path, sub.SerializeToString())
+
+    def baseline(name: str) -> np.ndarray:
+        if name in t.inputs.arrays:
+            return np.asarray(t.inputs.arrays[name])
+        return np.asarray(load_tensor(t.session, t.baseline.manifest, name))
+
+    try:
+        stacked = {i: baseline(i) for i in sub_inputs}
+    except KeyError:
+        return None
+    try:
+        built = bis.engine.build(sub_path, config, (), None)
+    except EnvironmentFault:
+        raise
+    except (EngineBuildError, UserError):
+        return None
+    try:
+        try:
+            fused_nodes = list(built.fused_nodes)
+        except Exception:  # noqa: BLE001 (an engine without a map cannot prove equivalence)
+            return None
+        if not same_fusion(unit, fused_nodes):
+            return None
+        region_out = [built.run({i: np.ascontiguousarray(a[k]) for i, a in stacked.items()})
+                      for k in range(t.inputs.samples)]
+    except EngineBuildError:
+        return None
+    finally:
+        built.close()
+    from bisect_tui.core.reference import OrtUnfusedReference
+
+    rest = OrtUnfusedReference(downstream_model(t.info.model, unit, types))
+    names = list(t.info.outputs)
+    per_sample = []
+    for k in range(t.inputs.samples):
+        t.cancel.check()
+        feeds = {**t.inputs.feeds(k), **{o: np.asarray(region_out[k][o]) for o in unit.outputs}}
+        outs = rest.run(feeds, names)
+        for name in names:
+            if name not in outs and name in feeds:
+                outs[name] = feeds[name]  # a model output the suspect itself produces
+        per_sample.append({n: outs[n] for n in names})
+    return {"judgement": bis.judge.judge(per_sample), "seconds": time.perf_counter() - t0,
+            "fused_node": unit.fused_node}

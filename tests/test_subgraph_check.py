@@ -1,0 +1,152 @@
+"""A suspect judged on its own subgraph (core/bisect/subgraph_check.py) stands
+for the whole-graph build only where it gives the same answer: checked here
+against the real whole-graph build on sample models, plus the cases where it
+must refuse (a different fusion in isolation) and the model-output edge case."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import onnx
+import pytest
+from onnx import helper
+
+from bisect_tui.core.bisect.run import run_bisection
+from bisect_tui.core.bisect.search import Bisector, Candidate
+from bisect_tui.core.bisect.subgraph_check import downstream_model, suspect_on_subgraph, value_types
+from bisect_tui.core.pipeline import Triage, TriageOptions
+from bisect_tui.engines.base import EngineConfig
+
+from testlib import culprit_matches, init, make_model, vi
+
+GELU = EngineConfig(config_entries=(("optimization.enable_gelu_approximation", "1"),))
+
+
+def _triage(model, tmp_path, name="s"):
+    t = Triage(TriageOptions(model=model, session_dir=tmp_path / name, config=GELU), lambda p: None)
+    t.run_all()
+    return t
+
+
+@pytest.mark.parametrize("case", ["transformer_block", "deep_stack", "branchy"])
+def test_subgraph_verdict_equals_the_whole_graph_build(samples, cases, tmp_path, case):
+    t = _triage(samples / f"{case}.onnx", tmp_path)
+    bis = Bisector(t)
+    units, _ = bis.units_at(t.opts.config.level)
+    expected = cases[case]["expected_culprits"][0]
+    culprit = next(u for u in units if culprit_matches(u.original_nodes, expected))
+    innocent = next(u for u in units if u.blockable and u is not culprit and u.op_type != "FastGelu")
+    for u in (culprit, innocent):
+        sub = suspect_on_subgraph(bis, u, bis.config, tmp_path / f"sub_{u.index}")
+        assert sub is not None, f"{u.op_type} should fuse the same way in isolation"
+        whole = bis.evaluate_many([Candidate("suspect alone", [u], held=[])])[0]
+        j = sub["judgement"]
+        assert j.passed == whole.passed
+        assert j.ratio == pytest.approx(whole.ratio, rel=1e-3, abs=1e-6)
+    assert not bis.evaluate_many([Candidate("suspect alone", [culprit], held=[])])[0].passed
+
+
+def test_bisection_confirms_the_suspect_on_its_subgraph(samples, cases, tmp_path):
+    t = _triage(samples / "transformer_block.onnx", tmp_path)
+    res = run_bisection(t)
+    assert res["verdict"] == "culprits"
+    assert culprit_matches(res["culprits"][0]["original_nodes"], cases["transformer_block"]["expected_culprits"][0])
+    sub = [s for s in res["steps"] if s.get("subgraph")]
+    assert [s["kind"] for s in sub] == ["suspect alone, on its subgraph"] and not sub[0]["passed"]
+    assert res["subgraph_builds"] == 1
+    # no whole-graph build for the suspect, no level-by-level builds: blocked, remaining, the workaround
+    whole = [s["kind"] for s in res["steps"] if not s["cached"] and not s.get("subgraph")]
+    assert whole == ["all fusions blocked", "remaining fusions", "disable GeluApproximation"]
+    assert res["engine_builds"] == 3
+    # resumed: the subgraph step is read back, nothing is built
+    again = run_bisection(Triage(TriageOptions(model=samples / "transformer_block.onnx",
+                                               session_dir=tmp_path / "s", config=GELU), lambda p: None))
+    assert again["engine_builds"] == 0 and again["subgraph_builds"] == 0
+    assert [s["kind"] for s in again["steps"]] == [s["kind"] for s in res["steps"]]
+
+
+def test_a_different_fusion_in_isolation_falls_back_to_the_whole_graph(samples, cases, tmp_path):
+    t = _triage(samples / "transformer_block.onnx", tmp_path)
+    bis = Bisector(t)
+    units, _ = bis.units_at(t.opts.config.level)
+    culprit = next(u for u in units if u.op_type == "FastGelu")
+    # the same nodes, claimed to make another op: the subgraph's fusion differs, so it cannot stand in
+    other = dataclasses.replace(culprit, op_type="Gelu")
+    assert suspect_on_subgraph(bis, other, bis.config, tmp_path / "other") is None
+    # fewer nodes than the engine fuses: also not the same fusion
+    part = dataclasses.replace(culprit, original_nodes=culprit.original_nodes[:-1])
+    assert suspect_on_subgraph(bis, part, bis.config, tmp_path / "part") is None
+
+
+def test_suspect_producing_a_model_output(tmp_path):
+    """The suspect's output is the model's output: the rest of the graph has
+    nothing to run, and the judged value is the suspect's own."""
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["h"], name="mm"),
+             helper.make_node("Div", ["h", "sqrt2"], ["d"], name="g/div"),
+             helper.make_node("Erf", ["d"], ["e"], name="g/erf"),
+             helper.make_node("Add", ["e", "one"], ["a"], name="g/add"),
+             helper.make_node("Mul", ["h", "a"], ["m"], name="g/mulx"),
+             helper.make_node("Mul", ["m", "half"], ["y"], name="g/half")]
+    rng = np.random.default_rng(0)
+    model = make_model(nodes, [vi("x", [4, 64])], [vi("y", [4, 64])],
+                       [init("w", (rng.standard_normal((64, 64)) * 0.5).astype(np.float32)),
+                        init("sqrt2", np.float32(np.sqrt(2))), init("one", np.float32(1)),
+                        init("half", np.float32(0.5))])
+    path = tmp_path / "out_gelu.onnx"
+    onnx.save(model, path)
+    np.savez(tmp_path / "x.npz", x=(rng.standard_normal((4, 64)) * 3).astype(np.float32))
+    t = Triage(TriageOptions(model=path, session_dir=tmp_path / "s", config=GELU,
+                             input_file=tmp_path / "x.npz"), lambda p: None)
+    t.run_all()
+    bis = Bisector(t)
+    units, _ = bis.units_at(t.opts.config.level)
+    gelu = next(u for u in units if u.op_type == "FastGelu")
+    down = downstream_model(t.info.model, gelu, value_types(t))
+    assert "y" in {i.name for i in down.graph.input} and not any(n.name.startswith("g/") for n in down.graph.node)
+    sub = suspect_on_subgraph(bis, gelu, bis.config, tmp_path / "sub")
+    assert sub is not None
+    whole = bis.evaluate_many([Candidate("suspect alone", [gelu], held=[])])[0]
+    assert sub["judgement"].passed == whole.passed
+    assert sub["judgement"].ratio == pytest.approx(whole.ratio, rel=1e-3, abs=1e-6)
+
+
+def test_level_search_is_kept_when_the_suspect_is_a_layout_node(samples, cases, tmp_path):
+    """A suspect in one of the engine's coarse (layout) domains stands for a whole
+    trunk: the search then goes down to the lowest failing level as before.
+    Here the FastGelu's own domain is declared coarse to show the rule on a
+    real ORT run; without it the search stays at the user's level."""
+    from bisect_tui.engines.ort.engine import OrtEngine
+
+    plain = run_bisection(_triage(samples / "transformer_block.onnx", tmp_path, "plain"))
+    assert plain["level"] == "all" and not any(s["kind"].startswith("level ") for s in plain["steps"])
+    eng = OrtEngine()
+    eng.capabilities = dataclasses.replace(eng.capabilities, coarse_domains=("com.microsoft",))
+    t = Triage(TriageOptions(model=samples / "transformer_block.onnx", session_dir=tmp_path / "coarse",
+                             config=GELU), lambda p: None, engine=eng)
+    t.run_all()
+    res = run_bisection(t)
+    assert [s["kind"] for s in res["steps"] if s["kind"].startswith("level ")] == ["level basic", "level extended"]
+    assert res["level"] == "extended"
+    assert [c["original_nodes"] for c in res["culprits"]] == [c["original_nodes"] for c in plain["culprits"]]
+
+
+@pytest.mark.slow
+def test_fanout_builds_blocked_and_remaining_in_one_round(samples, tmp_path):
+    """With the suspect confirmed on its subgraph, --fanout 2 asks for "all fusions
+    blocked" and "remaining fusions" in one round: two workers build them at once,
+    with the same steps, verdicts and build count as one worker."""
+    runs = {}
+    for workers in (1, 2):
+        t = _triage(samples / "transformer_block.onnx", tmp_path, f"w{workers}")
+        runs[workers] = run_bisection(t, workers=workers, fanout=2)
+    one, two = runs[1], runs[2]
+    kinds = [s["kind"] for s in one["steps"]]
+    assert kinds == ["full engine", "suspect alone, on its subgraph", "all fusions blocked",
+                     "remaining fusions", "disable GeluApproximation"]
+    assert [(s["kind"], s["passed"], s["ratio"]) for s in two["steps"]] == \
+        [(s["kind"], s["passed"], s["ratio"]) for s in one["steps"]]
+    assert one["engine_builds"] == two["engine_builds"] == 3
+    rounds = {s["kind"]: s for s in two["steps"]}
+    assert rounds["all fusions blocked"]["round_size"] == rounds["remaining fusions"]["round_size"] == 2
+    assert {rounds["all fusions blocked"]["worker"], rounds["remaining fusions"]["worker"]} != {"main"}
