@@ -7,16 +7,18 @@ would own one device. The parent judges every result itself, in the order the
 strategy proposed the candidates, so the steps, the verdicts and the build
 count do not depend on how many workers ran them, nor on which.
 
-A spawned worker costs about a second of CPU before its first build (a fresh
-interpreter importing onnx and the engine). So `bisect` starts its workers
-before anything else (`BuildPool.start`), while the baseline dump, the
-determinism run and the check keep this process busy; by the first round of
-several builds they have imported the engine and hold the inputs. Each worker
-is sent the inputs once (`attach`), never per build, and sends back only the
-graph outputs the judge reads (a marked build also returns thousands of
-marked tensors). Within a round every worker, this process included, takes
-the next job as soon as it is free, largest first, so a slow build does not
-hold up the others.
+A spawned worker needs a fresh interpreter to import onnx and the engine
+before its first build (0.2 s here, more on a loaded machine or a heavier
+engine). So `bisect` starts its workers before anything else
+(`BuildPool.start`), while the baseline dump, the determinism run and the
+check keep this process busy; by the first round of several builds they have
+imported the engine and hold the inputs. Each worker is sent the inputs once
+(`attach`), never per build, and sends back only the graph outputs the judge
+reads (a marked build also returns thousands of marked tensors). A round's
+jobs are dealt before it starts, largest first, in turn to this process and
+each worker: everyone gets as much to build, and the same round always goes
+to the same owners (a job taken by whoever is free first would make the step
+log's worker column depend on timing).
 
 What crosses the process boundary is our own plain records only (a build
 job: config dict, tensor names, folder; a result: output arrays, the
@@ -193,28 +195,30 @@ def _worker_main(conn, engine_name: str) -> None:
 
 
 class _Round:
-    """The jobs of one round, taken by whichever worker is free, largest first
-    (the number of marked tensors is what a build's time grows with)."""
+    """The jobs of one round, dealt before it starts: largest first (the number
+    of marked tensors is what a build's time grows with), in turn to this
+    process (owner 0) and each worker, so each gets as much to build as the
+    others and the same round always goes to the same owners."""
 
-    def __init__(self, jobs: list[BuildJob]):
+    def __init__(self, jobs: list[BuildJob], owners: int):
         self.jobs = jobs
-        self.todo = collections.deque(sorted(range(len(jobs)), key=lambda i: -len(jobs[i].marks)))
+        order = sorted(range(len(jobs)), key=lambda i: -len(jobs[i].marks))  # stable: ties keep their order
+        self.queues = [collections.deque(order[k::owners]) for k in range(owners)]
         self.results: list[Optional[BuildResult]] = [None] * len(jobs)
         self.errors: list[BaseException] = []
-        self.running = 0
+        self.pending = len(jobs)
         self.cond = threading.Condition()
         self.closed = False
 
-    def take(self) -> Optional[int]:
+    def take(self, owner: int) -> Optional[int]:
         with self.cond:
-            if self.closed or self.errors or not self.todo:
+            if self.closed or self.errors or not self.queues[owner]:
                 return None
-            self.running += 1
-            return self.todo.popleft()
+            return self.queues[owner].popleft()
 
     def put(self, i: int, res: Optional[BuildResult], error: Optional[BaseException] = None) -> None:
         with self.cond:
-            self.running -= 1
+            self.pending -= 1
             if error is not None:
                 self.errors.append(error)
             else:
@@ -222,8 +226,9 @@ class _Round:
             self.cond.notify_all()
 
     def wait(self) -> None:
+        """Until every job is built, or one failed (the others are not waited for)."""
         with self.cond:
-            while self.running:
+            while self.pending and not self.errors:
                 self.cond.wait()
 
 
@@ -231,8 +236,7 @@ class _ProcessWorker:
     """One spawned worker process and the thread in this process that talks to it.
 
     The thread waits for the worker's imports, sends it the inputs once, then
-    takes jobs of each round it is handed; this process's own thread never
-    blocks on a worker that is still starting."""
+    builds, through the worker, its share of each round it is handed."""
 
     def __init__(self, ctx, engine_name: str):
         self.conn, child = ctx.Pipe()
@@ -244,6 +248,7 @@ class _ProcessWorker:
         self.inbox: queue.Queue = queue.Queue()
         self.imported = threading.Event()  # the engine is imported: it reads its messages
         self.ready = threading.Event()  # imported and set up: it can take jobs
+        self.settled = threading.Event()  # ready, or gone for good
         self.dead: Optional[str] = None
         self.busy = False  # building a job now
         self.thread = threading.Thread(target=self._serve, daemon=True, name=f"pool {self.name}")
@@ -279,9 +284,10 @@ class _ProcessWorker:
                     self._send(item)
                     self._recv()
                     self.ready.set()
+                    self.settled.set()
                     continue
                 rnd: _Round = item[1]
-                while (i := rnd.take()) is not None:
+                while (i := rnd.take(item[2])) is not None:
                     self.busy = True
                     try:
                         self._send(("build", rnd.jobs[i]))
@@ -295,6 +301,8 @@ class _ProcessWorker:
         except BaseException as exc:  # noqa: BLE001
             self.dead = str(exc)
             self.ready.clear()
+        finally:
+            self.settled.set()
 
     def join(self, timeout: float = 5.0) -> None:
         """After `inbox.put(None)`: wait for the process to end. One still
@@ -312,6 +320,8 @@ class _ProcessWorker:
 # to take longer than a worker's start; until then rounds run here. Which process
 # builds never changes a result, only the wall time.
 LAZY_START_BUILD_SECONDS = 2.0
+# how long a round waits for a worker to import the engine before building without it
+READY_SECONDS = 120.0
 
 
 class BuildPool:
@@ -375,14 +385,18 @@ class BuildPool:
         """Results in the order of `jobs`."""
         if self.workers > 1 and len(jobs) > 1 and not self._procs and self._builds_are_slow():
             self.start()
-        live = [p for p in self._procs if p.dead is None]
-        if len(jobs) < 2 or not live:
+        if len(jobs) < 2:
             return self._check([self._local(j) for j in jobs])
-        rnd = _Round(jobs)
-        for p in live:
-            p.inbox.put(("round", rnd))
+        # a worker still importing is waited for (the command starts them before
+        # the baseline, so by now they are ready); one that could not start is left out
+        live = [p for p in self._procs if p.settled.wait(READY_SECONDS) and p.ready.is_set()]
+        if not live:
+            return self._check([self._local(j) for j in jobs])
+        rnd = _Round(jobs, 1 + len(live))
+        for k, p in enumerate(live, 1):
+            p.inbox.put(("round", rnd, k))
         try:
-            while (i := rnd.take()) is not None:
+            while (i := rnd.take(0)) is not None:
                 try:
                     res = self._local(jobs[i])
                 except BaseException as exc:
