@@ -153,11 +153,18 @@ def raise_fault(res: BuildResult) -> None:
     raise RuntimeError(f"build worker {res.worker} failed: {res.fault}")
 
 
-def warm_up(engine) -> None:
-    """What an engine does once per process before its first build (imports)."""
+def warm_up(engine, model_path: Optional[str] = None) -> None:
+    """What an engine does once per process before its first build: imports,
+    then (given the model) reading it once for all the builds to come."""
     hook = getattr(engine, "warm_up", None)
-    if hook is not None:
+    if hook is None:
+        return
+    if model_path is None:
         hook()
+    else:
+        from pathlib import Path
+
+        hook(Path(model_path))
 
 
 # --- worker process ---------------------------------------------------------------
@@ -187,6 +194,10 @@ def _worker_main(conn, engine_name: str) -> None:
             return
         if msg[0] == "setup":
             _, model, feeds, keep = msg
+            try:
+                warm_up(engine, model)
+            except Exception:  # noqa: BLE001  (a head start only: the first build reads it as usual)
+                pass
             conn.send(("ok",))
         elif msg[0] == "build":
             conn.send(("result", guarded_build(engine, model, feeds, msg[1], name, keep)))

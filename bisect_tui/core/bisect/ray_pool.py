@@ -63,6 +63,10 @@ class BuildActor:
         path = self.dir / (model_name if _FILE_NAME.match(model_name) else "model.onnx")
         path.write_bytes(model_bytes)
         self.model, self.feeds, self.keep = str(path), feeds, keep
+        try:
+            warm_up(self.engine, self.model)
+        except Exception:  # noqa: BLE001  (a head start only: the first build reads it as usual)
+            pass
         return self.name
 
     def build(self, job: BuildJob) -> BuildResult:
