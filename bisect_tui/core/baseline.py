@@ -10,6 +10,7 @@ last; `manifest.partial.json` after each group lets an interrupted dump resume.
 from __future__ import annotations
 
 import hashlib
+import io
 import os
 import platform
 import stat
@@ -17,6 +18,7 @@ import sys
 import tempfile
 import time
 from collections import OrderedDict
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
@@ -37,7 +39,7 @@ from bisect_tui.core.runner import (
     run_groups,
 )
 from bisect_tui.core.session import Session, now_iso, stable_key
-from bisect_tui.core.stats import empty_stats, finish_stats, update_stats
+from bisect_tui.core.stats import Scratch, empty_stats, finish_stats, update_stats
 
 
 def inputs_sha(inputs: InputSet) -> str:
@@ -92,63 +94,146 @@ def file_names(info: ModelInfo, tensors: list[str]) -> dict[str, str]:
     return names
 
 
+PARALLEL_BYTES = 1 << 20  # below this a thread hand-off costs more than it overlaps
+
+
+def _write_all(fd: int, data) -> None:
+    """os.write until every byte is written (a write may be short: signals, >2 GiB)."""
+    view = memoryview(data)
+    while view.nbytes:
+        n = os.write(fd, view)
+        view = view[n:]
+
+
+def _writeback_starter():
+    """Linux's sync_file_range(SYNC_FILE_RANGE_WRITE): starts writing a file's dirty
+    pages to disk and returns without waiting. Started after each large write, the
+    disk works while the dump goes on, and the one flush before the manifest (the
+    durability point, unchanged) finds little left to do. None elsewhere."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        import ctypes
+
+        fn = ctypes.CDLL(None, use_errno=True).sync_file_range
+        fn.argtypes = (ctypes.c_int, ctypes.c_longlong, ctypes.c_longlong, ctypes.c_uint)
+        fn.restype = ctypes.c_int
+    except (OSError, AttributeError):
+        return None
+    return lambda fd: fn(fd, 0, 0, 2)  # SYNC_FILE_RANGE_WRITE; a failure only leaves it to the flush
+
+
+_WRITEBACK: list = []  # [the starter or None], looked up on the first large write
+
+
+def _write_large(fd: int, view: memoryview) -> None:
+    _write_all(fd, view)
+    if not _WRITEBACK:
+        _WRITEBACK.append(_writeback_starter())
+    if _WRITEBACK[0] is not None:
+        _WRITEBACK[0](fd)
+
+
+def _npy_header(dtype: np.dtype, shape: tuple) -> bytes:
+    """The `.npy` 1.0 header numpy.save writes for a C-order array of this dtype and shape."""
+    buf = io.BytesIO()
+    np.lib.format.write_array_header_1_0(
+        buf, {"descr": np.lib.format.dtype_to_descr(dtype), "fortran_order": False, "shape": shape})
+    return buf.getvalue()
+
+
+@dataclass
+class _OpenFile:
+    tmp: str
+    fd: int
+    sha: "hashlib._Hash"
+    stats: dict
+    shape: tuple
+    dtype: np.dtype
+    nbytes: int = 0
+
+
 class _NpySink:
     """Streams each tensor into a temp `.npy` sample by sample, renames at the end.
 
-    Plain appends (header first, then each sample's bytes) rather than a
-    memmap: written pages belong to the page cache, not to this process, so
-    the dump's resident memory stays what ORT returned for the current group."""
+    Plain appends (header first, then each sample's bytes, straight from the
+    array's buffer) rather than a memmap: written pages belong to the page
+    cache, not to this process, so the dump's resident memory stays what ORT
+    returned for the current group. For a large array the write, the SHA-256
+    and the statistics run at once (two threads and this one: os.write,
+    hashlib and numpy let go of the GIL on large buffers), and all three are
+    done before `write` returns, so no array lives longer than it did."""
 
     def __init__(self, outdir: Path, fnames: dict[str, str], samples: int, on_done):
         self.outdir = outdir
         self.fnames = fnames
         self.samples = samples
         self.on_done = on_done
-        self._open: dict[str, list] = {}
+        self._open: dict[str, _OpenFile] = {}
+        self._pool: Optional[ThreadPoolExecutor] = None
+        self._scratch: Optional[Scratch] = None
 
     def write(self, tensor: str, sample: int, array: np.ndarray) -> None:
         array = np.asarray(array, order="C")  # keeps rank 0 (ascontiguousarray makes it 1-d)
-        if tensor not in self._open:
+        f = self._open.get(tensor)
+        if f is None:
             fd, tmp = tempfile.mkstemp(prefix=".tmp_", suffix=".npy", dir=self.outdir)
-            fh = os.fdopen(fd, "wb")
-            header = {"descr": np.lib.format.dtype_to_descr(array.dtype), "fortran_order": False,
-                      "shape": (self.samples, *array.shape)}
-            np.lib.format.write_array_header_1_0(fh, header)
-            self._open[tensor] = [tmp, fh, hashlib.sha256(), empty_stats(), array.shape, array.dtype, 0]
-        entry = self._open[tensor]
-        tmp, fh, h, st, shape, dtype, _ = entry
-        if array.shape != shape:
-            raise ValueError(f"tensor {tensor} changed shape between samples")
-        # a zero-size tensor has no bytes (and memoryview cannot cast its shape)
-        view = memoryview(array).cast("B") if array.nbytes else b""
-        fh.write(view)
-        h.update(view)
-        entry[6] += array.nbytes
-        update_stats(st, array)
+            f = self._open[tensor] = _OpenFile(tmp, fd, hashlib.sha256(), empty_stats(), array.shape, array.dtype)
+            _write_all(fd, _npy_header(array.dtype, (self.samples, *array.shape)))
+        if array.shape != f.shape or array.dtype != f.dtype:
+            raise ValueError(f"tensor {tensor} changed shape or type between samples")
+        # the bytes through a uint8 view: also for dtypes the buffer protocol does not
+        # know (ml_dtypes' bfloat16), rank 0 and zero size; no copy (C order above)
+        view = memoryview(array.reshape(-1).view(np.uint8))
+        if array.nbytes < PARALLEL_BYTES:
+            _write_all(f.fd, view)
+            f.sha.update(view)
+            update_stats(f.stats, array)
+        else:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="baseline-dump")
+                self._scratch = Scratch()
+            wrote = self._pool.submit(_write_large, f.fd, view)
+            hashed = self._pool.submit(f.sha.update, view)
+            try:
+                update_stats(f.stats, array, self._scratch)
+            finally:  # the threads read `array`: both finish before it may go
+                wait((wrote, hashed))
+            wrote.result()
+            hashed.result()
+        f.nbytes += array.nbytes
 
     def end(self, tensor: str) -> None:
-        tmp, fh, h, st, shape, dtype, nbytes = self._open.pop(tensor)
+        f = self._open.pop(tensor)
         # no fsync per tensor (it was a fifth of a 5,000-tensor dump): the files are
         # flushed to disk together before the manifest, written last, marks the dump
         # complete, and every reused file is checked against its digest anyway
-        fh.close()
-        os.replace(tmp, self.outdir / self.fnames[tensor])
+        os.close(f.fd)
+        os.replace(f.tmp, self.outdir / self.fnames[tensor])
         self.on_done(tensor, {
-            "shape": list(shape),
-            "dtype": np.dtype(dtype).name,
-            "bytes": int(nbytes),
-            "sha256": h.hexdigest(),
-            "stats": finish_stats(st),
+            "shape": list(f.shape),
+            "dtype": np.dtype(f.dtype).name,
+            "bytes": int(f.nbytes),
+            "sha256": f.sha.hexdigest(),
+            "stats": finish_stats(f.stats),
         })
 
     def abort(self) -> None:
-        for tmp, fh, *_ in self._open.values():
+        """Remove unfinished temp files and stop the threads (also after a normal end)."""
+        for f in self._open.values():
             try:
-                fh.close()
-                os.unlink(tmp)
+                os.close(f.fd)
+            except OSError:
+                pass
+            try:
+                os.unlink(f.tmp)
             except OSError:
                 pass
         self._open.clear()
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
+        self._scratch = None
 
 
 # Pages a first run adds on top of the idle process (ORT kernels' code and

@@ -29,7 +29,8 @@ def big_model(tmp_path):
 async def test_keys_answered_during_baseline_and_bisection(big_model, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     opts = gelu_options(str(big_model), "sess")
-    opts.samples = 6  # enough work that it is still running while keys are pressed
+    opts.samples = 12  # enough work that it is still running while keys are pressed (6 was, before the
+    # faster baseline dump: the checks then ended before the first key in 2 runs of 6)
     app = make_app(options=opts)
     async with app.run_test(size=(80, 24)) as pilot:
         await pilot.press("a")  # every check, starting with the baseline of ~2,400 tensors
