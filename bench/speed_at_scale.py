@@ -129,7 +129,16 @@ def run_bt(model: Path, inputs: Path, tmp: Path, workers: int, fanout: int, tag:
     passes = sorted({n for c in b.get("culprits", []) for n in (c.get("attribution") or {}).get("confirmed", [])})
     search_builds = sum(1 for s in b["steps"] if not s["cached"] and not s.get("subgraph")
                         and not s["kind"].startswith(("disable", "fixpoint", "workaround")))
-    res = {"wall": wall, "whole": b["engine_builds"] + 1, "sub": sub, "peak": peak, "culprits": culprits,
+    # the rounds the builds came in: at N workers a round of k builds takes ceil(k / N) build times,
+    # so builds / sum(ceil(k / N)) is the most N workers can gain on this search (lone steps stay lone)
+    built = [s for s in b["steps"] if not s["cached"]]
+    sizes, i = [], 0
+    while i < len(built):
+        k = built[i].get("round_size") or 1
+        sizes.append(k)
+        i += k
+    res = {"wall": wall, "whole": b["engine_builds"] + 1, "round_sizes": sizes, "sub": sub, "peak": peak,
+           "culprits": culprits,
            "answer": sum(len(c) for c in culprits), "fused": fused, "passes": passes,
            "search_builds": search_builds, "search_s": b.get("seconds"),
            "steps": [(s["kind"], s["region"], s["passed"]) for s in b["steps"]],
@@ -204,6 +213,20 @@ def dump_throughput(tmp: Path) -> dict:
     return {"bytes": total, "files": len(files), "bt_s": bt_s, "np_s": np_s}
 
 
+SPIN = "import time\nt = time.perf_counter()\nfor i in range(6_000_000): pass\nprint(time.perf_counter() - t)\n"
+
+
+def cores_free() -> float:
+    """How many cores two CPU-bound processes get right now (2.0 on an idle two-core
+    machine, about 1.0 when others keep one busy): what N workers can gain at most."""
+    def spin(k: int) -> float:
+        procs = [subprocess.Popen([sys.executable, "-c", SPIN], stdout=subprocess.PIPE, text=True) for _ in range(k)]
+        return max(float(p.communicate()[0]) for p in procs)
+
+    alone = spin(1)
+    return round(2 * alone / spin(2), 2)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--models", default=",".join(MODELS))
@@ -211,9 +234,14 @@ def main() -> int:
     ap.add_argument("--linear-max-nodes", type=int, default=150)
     ap.add_argument("--linear-timeout", type=float, default=300.0)
     ap.add_argument("--no-dump", action="store_true")
+    ap.add_argument("--no-peer", action="store_true",
+                    help="bisect-tui rows only (no debug reduce): for measuring the workers")
+    ap.add_argument("--repeat", type=int, default=1,
+                    help="run each bisect-tui row this many times and keep the median wall time")
     args = ap.parse_args()
     try:
-        import onnx_graphsurgeon  # noqa: F401
+        if not args.no_peer:
+            import onnx_graphsurgeon  # noqa: F401
     except ImportError:
         print(f"debug reduce needs onnx_graphsurgeon: {sys.executable} -m pip install onnx-graphsurgeon",
               file=sys.stderr)
@@ -236,18 +264,35 @@ def main() -> int:
             inputs = tmp / f"{name}_x.npz"
             rng = np.random.default_rng(0)
             np.savez(inputs, **{k: rng.standard_normal(v).astype(np.float32) for k, v in info["input"].items()})
-            print(f"{name} ({info['nodes']} nodes):", end=" ", flush=True)
+            free = cores_free()
+            print(f"{name} ({info['nodes']} nodes), cores free for 2 processes {free}:", end=" ", flush=True)
             r = {}
-            for tag, w, k, pr in (("bt_w1_k1", 1, 1, True), (f"bt_w{n}_k{n}", n, n, True),
-                                  (f"np_w1_k{n}", 1, n, False), (f"np_w{n}_k{n}", n, n, False)):
-                print(tag, end=" ", flush=True)
-                r[tag] = run_bt(model, inputs, tmp, w, k, tag, pr)
+            runs: dict[str, list] = {}
+            # the rows take turns (1 worker, N workers, ...) in each repeat, so a change in the
+            # shared machine's load falls on all of them alike; each row keeps its median run
+            for _ in range(max(1, args.repeat)):
+                for tag, w, k, pr in (("bt_w1_k1", 1, 1, True), (f"bt_w{n}_k{n}", n, n, True),
+                                      (f"np_w1_k{n}", 1, n, False), (f"np_w{n}_k{n}", n, n, False)):
+                    print(tag, end=" ", flush=True)
+                    runs.setdefault(tag, []).append(run_bt(model, inputs, tmp, w, k, tag, pr))
+            for tag, xs in runs.items():
+                xs.sort(key=lambda x: x["wall"])
+                r[tag] = xs[len(xs) // 2]  # the median run (all its figures)
+                r[tag]["walls"] = [x["wall"] for x in xs]
+                r[tag]["search_all"] = sorted(x["search_s"] for x in xs)
+                r[tag]["search_s"] = r[tag]["search_all"][len(xs) // 2]  # the median search time
+            if args.no_peer:
+                print(flush=True)
+                r["cores_free"] = (free, cores_free())
+                rows.append((name, info, r))
+                continue
             print("reduce-bisect", end=" ", flush=True)
             r["pg_bisect"] = run_pg(model, inputs, tmp, "bisect", info["nodes"], None)
             if info["nodes"] <= args.linear_max_nodes:
                 print("reduce-linear", end=" ", flush=True)
                 r["pg_linear"] = run_pg(model, inputs, tmp, "linear", info["nodes"], args.linear_timeout)
             print(flush=True)
+            r["cores_free"] = (free, cores_free())
             rows.append((name, info, r))
         dump = None if args.no_dump else dump_throughput(tmp)
     finally:
@@ -275,19 +320,30 @@ def main() -> int:
                 bound = f"{b} ({x['search_builds']})"
             print(f"| {name} | {info['nodes']} | {label} | {x['wall']:.2f} | {x['whole']} | {x['sub']} | "
                   f"{x['peak'] / 2**20:.0f} | {'yes' if ok else 'NO'} ({how}) | {x.get('answer')} | {bound} |")
-        b1, bd, bk, bn, pg = r["bt_w1_k1"], r[f"bt_w{n}_k{n}"], r[f"np_w1_k{n}"], r[f"np_w{n}_k{n}"], r["pg_bisect"]
+        b1, bd, bk, bn, pg = r["bt_w1_k1"], r[f"bt_w{n}_k{n}"], r[f"np_w1_k{n}"], r[f"np_w{n}_k{n}"], r.get("pg_bisect")
         same = bk["steps"] == bn["steps"] and bk["culprits"] == bn["culprits"] and bk["whole"] == bn["whole"]
+        peer_text = (f"debug reduce bisect / bisect-tui: {pg['wall'] / b1['wall']:.1f}x (1 worker), "
+                     f"{pg['wall'] / bd['wall']:.1f}x ({n} workers, fanout {n}); ") if pg else ""
         summary.append(
-            f"{name}: debug reduce bisect / bisect-tui: {pg['wall'] / b1['wall']:.1f}x (1 worker), "
-            f"{pg['wall'] / bd['wall']:.1f}x ({n} workers, fanout {n}); search alone (bisect.seconds) "
+            f"{name}: {peer_text}search alone (bisect.seconds) "
             f"{b1['search_s']:.2f} s / {bd['search_s']:.2f} s; without the probe {bk['search_s']:.2f} s (1 worker) / "
             f"{bn['search_s']:.2f} s ({n} workers), "
             f"{n}-worker speed-up on the same builds (no probe): whole command {bk['wall'] / bn['wall']:.2f}x, "
-            f"search {bk['search_s'] / max(bn['search_s'], 1e-9):.2f}x; steps identical: {'yes' if same else 'NO'}; "
-            f"workers seen: {bn['workers_used']}; passes named: {b1['passes']}")
+            f"search {bk['search_s'] / max(bn['search_s'], 1e-9):.2f}x (bound from its rounds "
+            f"{sum(bk['round_sizes']) / sum(math.ceil(k / n) for k in bk['round_sizes']):.2f}x: "
+            f"{sum(1 for k in bk['round_sizes'] if k == 1)} lone builds, "
+            f"{sum(1 for k in bk['round_sizes'] if k > 1)} rounds of {n}); steps identical: {'yes' if same else 'NO'}; "
+            f"workers seen: {bn['workers_used']}; passes named: {b1['passes']}; cores free for 2 CPU-bound "
+            f"processes before / after this model's rows: {r['cores_free'][0]} / {r['cores_free'][1]}")
     print()
     for s in summary:
         print(s)
+    if args.repeat > 1:
+        print("\nall runs (wall s of the whole command; search s):")
+        for name, info, r in rows:
+            for tag in (t for t in r if t.startswith(("bt", "np"))):
+                print(f"  {name} {tag}: wall {[round(w, 2) for w in r[tag]['walls']]}; "
+                      f"search {[round(v, 2) for v in r[tag]['search_all']]}")
     if dump:
         bt_rate = dump["bytes"] / dump["bt_s"] / 2**20
         np_rate = dump["bytes"] / dump["np_s"] / 2**20

@@ -120,8 +120,13 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--max-culprits", type=int, default=5,
                    help="stop after this many culprits (default 5; many usually means amplified rounding)")
     b.add_argument("--workers", type=_positive_int, default=None, metavar="N",
-                   help="engine builds at once, in worker processes (default: one per core, at most 8); "
-                        "the result and the build count do not depend on it")
+                   help="engine builds at once, in worker processes (default: one per core, at most 8; "
+                        "asked for, or with --fanout > 1, they start at once and import the engine while "
+                        "the baseline runs); the result and the build count do not depend on it")
+    b.add_argument("--ray", metavar="ADDRESS", default=None,
+                   help="build on Ray actors instead of local processes, one per worker (--workers N): "
+                        "'local' starts Ray on this machine, else a cluster address for ray.init "
+                        "('auto', 'ray://HEAD:10001'); needs the extra: pip install 'bisect-tui[ray]'")
     b.add_argument("--fanout", type=_positive_int, default=1, metavar="K",
                    help="candidates the search builds per round (default 1: binary search; K > 1: "
                         "K split points per round, fewer rounds for more builds, for K workers)")

@@ -61,7 +61,7 @@ def test_two_workers_give_the_serial_result_and_build_count(samples, cases, tmp_
     found = sorted(c["original_nodes"] for c in parallel["culprits"])
     assert len(found) == 2 and all(culprit_matches(f, e) for f, e in zip(found, expected))
     assert all(p == ["GeluApproximation"] for p in _shape(parallel)["passes"])
-    assert parallel["parallel"] == {"workers": 2, "fanout": 3}
+    assert parallel["parallel"] == {"workers": 2, "fanout": 3, "pool": "processes"}
     # the step log says who built what: some builds ran in the worker process
     lines = [json.loads(x) for x in (t2.session.bisect_dir / "steps.jsonl").read_text().splitlines()]
     built = [r for r in lines if not r.get("cached") and "from" not in r]
@@ -97,7 +97,7 @@ def test_cli_workers_and_fanout_flags(samples, cases, tmp_path, capsys):
                  "--fanout", "2", "--no-probe", "--json", str(out), "-q"])
     assert code == 1
     res = json.loads(out.read_text())["bisect"]
-    assert res["parallel"] == {"workers": 2, "fanout": 2}
+    assert res["parallel"] == {"workers": 2, "fanout": 2, "pool": "processes"}
     assert res["verdict"] == "culprits" and len(res["culprits"]) == 1
     assert culprit_matches(res["culprits"][0]["original_nodes"], cases["deep_stack"]["expected_culprits"][0])
     assert "probe" not in res and not any(s["kind"] == "suspect alone" for s in res["steps"])
@@ -120,16 +120,82 @@ def test_pool_starts_lazily_only_for_slow_builds(samples, monkeypatch):
     feeds = [{"x": np.random.default_rng(0).standard_normal((1, 8, 32)).astype(np.float32)}]
     cfg = EngineConfig(config_entries=GELU).to_dict()
     jobs = [poolmod.BuildJob(config=cfg, marks=()), poolmod.BuildJob(config=cfg, marks=("blk0/ln/mean:0",))]
-    p = poolmod.BuildPool(get_engine("ort"), "ort", str(model), feeds, 2)
+    p = poolmod.BuildPool(2, "ort")
+    p.attach(get_engine("ort"), "ort", str(model), feeds)
     try:
         fast = p.run(jobs)
-        assert [r.worker for r in fast] == ["main", "main"] and p._ex is None
+        assert [r.worker for r in fast] == ["main", "main"] and not p._procs
         monkeypatch.setattr(poolmod, "LAZY_START_BUILD_SECONDS", 0.0)
-        shared = p.run(jobs)
-        assert shared[0].worker == "main" and shared[1].worker.startswith("w")
+        shared = p.run(jobs)  # starts the worker, waits for its import, deals it a job
+        assert len(p._procs) == 1
+        # dealt largest (most marks) first: the marked build to this process, the other to the worker
+        assert [r.worker for r in shared] == [p.names[1], "main"]
         for a, b in zip(fast, shared):  # the same build gives the same numbers in either process
             assert a.outputs[0].keys() == b.outputs[0].keys()
             for k in a.outputs[0]:
                 np.testing.assert_array_equal(a.outputs[0][k], b.outputs[0][k])
+    finally:
+        p.close()
+
+
+OUT = "blk15/ln/add_beta:0"  # deep_stack's graph output
+
+
+def _started_pool(samples, workers=2):
+    import numpy as np
+
+    from bisect_tui.core.bisect import pool as poolmod
+    from bisect_tui.engines import get_engine
+
+    feeds = [{"x": np.random.default_rng(0).standard_normal((1, 8, 32)).astype(np.float32)}]
+    p = poolmod.BuildPool(workers, "ort")
+    p.start()  # before the inputs are known, as the bisect command does
+    p.attach(get_engine("ort"), "ort", str(samples / "deep_stack.onnx"), feeds, [OUT])
+    assert all(w.ready.wait(60) for w in p._procs)
+    return p
+
+
+def test_pool_round_keeps_the_jobs_order_and_only_graph_outputs(samples):
+    from bisect_tui.core.bisect import pool as poolmod
+
+    cfg = EngineConfig(config_entries=GELU).to_dict()
+    marks = [(), ("blk0/ln/mean:0",), ("blk0/ln/mean:0", "blk1/ln/mean:0"), ("blk11/gelu/erf:0",)]
+    jobs = [poolmod.BuildJob(config=cfg, marks=m) for m in marks]
+    p = _started_pool(samples)
+    try:
+        shared = p.run(jobs)
+        names = p.names
+    finally:
+        p.close()
+    serial = poolmod.BuildPool(1, "ort")
+    serial.attach(p.engine, "ort", p.model_path, p.feeds, [OUT])
+    alone = serial.run(jobs)
+    # dealt by size (marks 2, 1, 1, 0: jobs 2, 1, 3, 0) in turn to main and the worker
+    assert [r.worker for r in shared] == [names[1], names[1], "main", "main"] and names[0] == "main"
+    for a, b in zip(alone, shared):  # same job, same place in the list, same numbers
+        assert list(a.outputs[0]) == list(b.outputs[0]) == [OUT]  # marked tensors are not sent back
+        assert (a.outputs[0][OUT] == b.outputs[0][OUT]).all()
+    # the erf-Gelu of block 11 marked: its fusion blocked, so that output differs from the fused engine's
+    assert (shared[3].outputs[0][OUT] != shared[0].outputs[0][OUT]).any()
+
+
+def test_pool_worker_faults_come_back_as_what_they_are(samples):
+    import os
+    import signal
+
+    from bisect_tui.core.bisect import pool as poolmod
+    from bisect_tui.core.errors import UserError
+
+    bad = EngineConfig(config_entries=GELU).to_dict() | {"level": "bogus"}
+    p = _started_pool(samples)
+    try:
+        with pytest.raises(UserError, match="unknown optimization level"):
+            p.run([poolmod.BuildJob(config=bad, marks=()), poolmod.BuildJob(config=bad, marks=("blk0/ln/mean:0",))])
+        # a worker the OS killed: the round stops with an internal error naming it, never a verdict
+        os.kill(p._procs[0].proc.pid, signal.SIGKILL)
+        p._procs[0].proc.join(10)
+        good = EngineConfig(config_entries=GELU).to_dict()
+        with pytest.raises(RuntimeError, match=f"build worker {p._procs[0].name} stopped"):
+            p.run([poolmod.BuildJob(config=good, marks=m) for m in [("blk0/ln/mean:0",), ("blk1/ln/mean:0",)] * 3])
     finally:
         p.close()

@@ -96,7 +96,17 @@ def run_bisect_command(args, opts) -> int:
     from bisect_tui.core.report import bisect_text, check_text
     from bisect_tui.progress_text import TextProgress
 
+    from bisect_tui.core.bisect.pool import default_workers, start_pool
+
     progress = TextProgress(enabled=not getattr(args, "quiet", False))
+    asked = getattr(args, "workers", None)
+    workers = asked or default_workers()
+    fanout = getattr(args, "fanout", 1) or 1
+    ray = getattr(args, "ray", None)
+    # First of all, when parallel builds were asked for: the workers import the
+    # engine while this process makes the baseline. The default (one worker per
+    # core, binary search) starts them only once builds prove slow.
+    pool = start_pool(opts, workers, ray, now=bool(ray) or fanout > 1 or (asked or 1) > 1)
     triage = Triage(opts, progress)
     try:
         summary = triage.run_all()
@@ -104,14 +114,12 @@ def run_bisect_command(args, opts) -> int:
             progress.close()
             print(term(check_text(summary), keep_newlines=True))
             return summary["exit_code"]
-        from bisect_tui.core.bisect.pool import default_workers
-
-        workers = getattr(args, "workers", None) or default_workers()
         result = run_bisection(triage, max_builds=getattr(args, "max_builds", 200),
                                max_culprits=getattr(args, "max_culprits", 5),
-                               workers=workers, fanout=getattr(args, "fanout", 1) or 1,
-                               use_probe=not getattr(args, "no_probe", False))
+                               workers=workers, fanout=fanout,
+                               use_probe=not getattr(args, "no_probe", False), pool=pool)
     finally:
+        pool.close()
         progress.close()
     report = getattr(args, "report", None)
     # pictures cost a matplotlib import: only for a report asked for

@@ -1,34 +1,50 @@
-"""Engine builds of one search round, in parallel worker processes.
+"""Engine builds of one search round, in parallel worker processes (or Ray actors).
 
 A round's candidates are independent builds (the k split points of a k-ary
 search, the attribution's one rebuild per candidate pass), so several
 processes can build and run them at once; on an accelerator box each worker
 would own one device. The parent judges every result itself, in the order the
 strategy proposed the candidates, so the steps, the verdicts and the build
-count do not depend on how many workers ran them.
+count do not depend on how many workers ran them, nor on which.
+
+A spawned worker needs a fresh interpreter to import onnx and the engine
+before its first build (0.2 s here, more on a loaded machine or a heavier
+engine). So `bisect` starts its workers before anything else
+(`BuildPool.start`), while the baseline dump, the determinism run and the
+check keep this process busy; by the first round of several builds they have
+imported the engine and hold the inputs. Each worker is sent the inputs once
+(`attach`), never per build, and sends back only the graph outputs the judge
+reads (a marked build also returns thousands of marked tensors). A round's
+jobs are dealt before it starts, largest first, in turn to this process and
+each worker: everyone gets as much to build, and the same round always goes
+to the same owners (a job taken by whoever is free first would make the step
+log's worker column depend on timing).
 
 What crosses the process boundary is our own plain records only (a build
-job: config dict, tensor names, folder; a result: the engine's output arrays,
-the fused-node map as dicts, the engine's error text). Workers load the engine
+job: config dict, tensor names, folder; a result: output arrays, the
+fused-node map as dicts, the engine's error text). Workers load the engine
 through the registry by name and read the model from the session's copy; no
 file's content is ever unpickled.
 
-Worker processes start with `spawn`: never `fork`, which would copy the
-app's threads and the engine's state.
+Worker processes start with `spawn`: never `fork`, which would copy the app's
+threads and the engine's state; and not forkserver, which keeps its socket in
+the temp folder (the session's while a session runs, deleted after it).
 """
 
 from __future__ import annotations
 
-import concurrent.futures as cf
+import collections
 import multiprocessing
 import os
+import queue
+import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Optional, Sequence
 
 import numpy as np
 
-from bisect_tui.core.errors import EngineBuildError, EnvironmentFault
+from bisect_tui.core.errors import EngineBuildError, EnvironmentFault, UserError
 from bisect_tui.engines.base import EngineConfig
 
 
@@ -67,16 +83,20 @@ class BuildResult:
     build_message: Optional[str] = None  # str(exc) of the engine's error, for the summary
     failed_at: Optional[str] = None  # "build" or "run" when the engine failed
     unblocked: Optional[list[str]] = None
-    fault: Optional[str] = None  # an EnvironmentFault's message: re-raised by the parent
+    fault: Optional[str] = None  # a failure outside the engine's verdict: re-raised by the parent
+    fault_kind: Optional[str] = None  # environment | user | internal
     seconds: float = 0.0
-    worker: str = "main"  # "main" (this process) or "w<pid>"
+    worker: str = "main"  # "main" (this process), "w<pid>" (a worker process) or a Ray actor's name
+    files: dict = field(default_factory=dict)  # Ray: optimized-graph files built away from the session
 
 
-def build_and_run(engine, model_path: str, feeds: Sequence[dict], job: BuildJob, worker: str = "main") -> BuildResult:
+def build_and_run(engine, model_path: str, feeds: Sequence[dict], job: BuildJob, worker: str = "main",
+                  keep: Optional[Sequence[str]] = None) -> BuildResult:
     """Build the engine for `job`, run it on every sample, read its map.
 
-    The same function runs in this process (one worker) and in the pool, so
-    both paths produce the same records."""
+    The same function runs in this process and in every worker, so all paths
+    produce the same records. `keep`: the output names to return (the judge
+    reads the graph outputs only); None keeps all."""
     from pathlib import Path
 
     t0 = time.perf_counter()
@@ -100,7 +120,8 @@ def build_and_run(engine, model_path: str, feeds: Sequence[dict], job: BuildJob,
                 res.optimized = str(built.optimized_model_path)
             except Exception:  # noqa: BLE001
                 res.fused_nodes = None
-        res.outputs = [{k: np.asarray(v) for k, v in o.items()} for o in outs]
+        wanted = set(keep) if keep is not None else None
+        res.outputs = [{k: np.asarray(v) for k, v in o.items() if wanted is None or k in wanted} for o in outs]
     except EngineBuildError as exc:  # built, then failed on the inputs
         res.error_kind, res.error, res.build_message = exc.kind, exc.engine_message, str(exc)
         res.failed_at = "run"
@@ -111,86 +132,304 @@ def build_and_run(engine, model_path: str, feeds: Sequence[dict], job: BuildJob,
     return res
 
 
-# --- worker side ---------------------------------------------------------------
-_W: dict = {}
-
-
-def _init_worker(engine_name: str, model_path: str, feeds: list[dict]) -> None:
-    from bisect_tui.engines import get_engine
-
-    _W["engine"] = get_engine(engine_name)
-    _W["model"] = model_path
-    _W["feeds"] = feeds
-    _W["name"] = f"w{os.getpid()}"
-
-
-def _warm() -> str:
-    return _W.get("name", "?")
-
-
-def _work(job: BuildJob) -> BuildResult:
+def guarded_build(engine, model_path: str, feeds, job: BuildJob, worker: str, keep) -> BuildResult:
+    """`build_and_run` for a worker: a failure that is not the engine's verdict
+    comes back as a record, to be raised again by the parent as what it was."""
     try:
-        return build_and_run(_W["engine"], _W["model"], _W["feeds"], job, _W["name"])
+        return build_and_run(engine, model_path, feeds, job, worker, keep)
     except EnvironmentFault as exc:
-        return BuildResult(fault=str(exc), worker=_W["name"])
+        return BuildResult(fault=str(exc), fault_kind="environment", worker=worker)
+    except UserError as exc:
+        return BuildResult(fault=str(exc), fault_kind="user", worker=worker)
+    except Exception as exc:  # noqa: BLE001  (a bug: the parent stops with an internal error)
+        return BuildResult(fault=f"{type(exc).__name__}: {exc}", fault_kind="internal", worker=worker)
 
 
-# A spawned worker costs about a second of CPU (a fresh interpreter importing
-# onnx and the engine). A pool nobody started on purpose (fanout 1: only the
-# attribution has rounds of several builds) starts only once builds are seen
-# to take longer than that; until then a round runs here, one build at a time.
-# Which process builds never changes a result, only the wall time.
+def raise_fault(res: BuildResult) -> None:
+    if res.fault_kind == "environment":
+        raise EnvironmentFault(res.fault)
+    if res.fault_kind == "user":
+        raise UserError(res.fault)
+    raise RuntimeError(f"build worker {res.worker} failed: {res.fault}")
+
+
+def warm_up(engine, model_path: Optional[str] = None) -> None:
+    """What an engine does once per process before its first build: imports,
+    then (given the model) reading it once for all the builds to come."""
+    hook = getattr(engine, "warm_up", None)
+    if hook is None:
+        return
+    if model_path is None:
+        hook()
+    else:
+        from pathlib import Path
+
+        hook(Path(model_path))
+
+
+# --- worker process ---------------------------------------------------------------
+def _worker_main(conn, engine_name: str) -> None:
+    """A worker process: import the engine, then build jobs until told to stop.
+
+    Messages in: ("setup", model_path, feeds, keep), ("build", BuildJob), ("stop",).
+    Messages out: ("ready", name), ("ok",), ("result", BuildResult), ("error", text)."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's; it stops us
+    name = f"w{os.getpid()}"
+    try:
+        from bisect_tui.engines import get_engine
+
+        engine = get_engine(engine_name)
+        warm_up(engine)
+    except BaseException as exc:  # noqa: BLE001
+        conn.send(("error", f"{type(exc).__name__}: {exc}"))
+        return
+    conn.send(("ready", name))
+    model, feeds, keep = None, [], None
+    while True:
+        try:
+            msg = conn.recv()
+        except (EOFError, OSError):
+            return
+        if msg[0] == "setup":
+            _, model, feeds, keep = msg
+            try:
+                warm_up(engine, model)
+            except Exception:  # noqa: BLE001  (a head start only: the first build reads it as usual)
+                pass
+            conn.send(("ok",))
+        elif msg[0] == "build":
+            conn.send(("result", guarded_build(engine, model, feeds, msg[1], name, keep)))
+        else:
+            return
+
+
+class _Round:
+    """The jobs of one round, dealt before it starts: largest first (the number
+    of marked tensors is what a build's time grows with), in turn to this
+    process (owner 0) and each worker, so each gets as much to build as the
+    others and the same round always goes to the same owners."""
+
+    def __init__(self, jobs: list[BuildJob], owners: int):
+        self.jobs = jobs
+        order = sorted(range(len(jobs)), key=lambda i: -len(jobs[i].marks))  # stable: ties keep their order
+        self.queues = [collections.deque(order[k::owners]) for k in range(owners)]
+        self.results: list[Optional[BuildResult]] = [None] * len(jobs)
+        self.errors: list[BaseException] = []
+        self.pending = len(jobs)
+        self.cond = threading.Condition()
+        self.closed = False
+
+    def take(self, owner: int) -> Optional[int]:
+        with self.cond:
+            if self.closed or self.errors or not self.queues[owner]:
+                return None
+            return self.queues[owner].popleft()
+
+    def put(self, i: int, res: Optional[BuildResult], error: Optional[BaseException] = None) -> None:
+        with self.cond:
+            self.pending -= 1
+            if error is not None:
+                self.errors.append(error)
+            else:
+                self.results[i] = res
+            self.cond.notify_all()
+
+    def wait(self) -> None:
+        """Until every job is built, or one failed (the others are not waited for)."""
+        with self.cond:
+            while self.pending and not self.errors:
+                self.cond.wait()
+
+
+class _ProcessWorker:
+    """One spawned worker process and the thread in this process that talks to it.
+
+    The thread waits for the worker's imports, sends it the inputs once, then
+    builds, through the worker, its share of each round it is handed."""
+
+    def __init__(self, ctx, engine_name: str):
+        self.conn, child = ctx.Pipe()
+        self.proc = ctx.Process(target=_worker_main, args=(child, engine_name), daemon=True,
+                                name="bisect-tui build worker")
+        self.proc.start()
+        child.close()
+        self.name = f"w{self.proc.pid}"
+        self.inbox: queue.Queue = queue.Queue()
+        self.imported = threading.Event()  # the engine is imported: it reads its messages
+        self.ready = threading.Event()  # imported and set up: it can take jobs
+        self.settled = threading.Event()  # ready, or gone for good
+        self.dead: Optional[str] = None
+        self.busy = False  # building a job now
+        self.thread = threading.Thread(target=self._serve, daemon=True, name=f"pool {self.name}")
+        self.thread.start()
+
+    def _send(self, msg) -> None:
+        try:
+            self.conn.send(msg)
+        except OSError:  # the process is gone (killed, out of memory)
+            self.proc.join(1.0)
+            raise RuntimeError(f"build worker {self.name} stopped (exit code {self.proc.exitcode})") from None
+
+    def _recv(self):
+        try:
+            msg = self.conn.recv()
+        except (EOFError, OSError):
+            self.proc.join(1.0)
+            raise RuntimeError(f"build worker {self.name} stopped (exit code {self.proc.exitcode})") from None
+        if msg[0] == "error":
+            raise RuntimeError(f"build worker {self.name} could not start: {msg[1]}")
+        return msg
+
+    def _serve(self) -> None:
+        try:
+            self._recv()  # ("ready", name): the engine is imported
+            self.imported.set()
+            while True:
+                item = self.inbox.get()
+                if item is None:
+                    self.conn.send(("stop",))
+                    return
+                if item[0] == "setup":
+                    self._send(item)
+                    self._recv()
+                    self.ready.set()
+                    self.settled.set()
+                    continue
+                rnd: _Round = item[1]
+                while (i := rnd.take(item[2])) is not None:
+                    self.busy = True
+                    try:
+                        self._send(("build", rnd.jobs[i]))
+                        res = self._recv()[1]
+                    except BaseException as exc:  # noqa: BLE001
+                        rnd.put(i, None, exc)
+                        raise
+                    finally:
+                        self.busy = False
+                    rnd.put(i, res)
+        except BaseException as exc:  # noqa: BLE001
+            self.dead = str(exc)
+            self.ready.clear()
+        finally:
+            self.settled.set()
+
+    def join(self, timeout: float = 5.0) -> None:
+        """After `inbox.put(None)`: wait for the process to end. One still
+        importing, or in the middle of a long build, is not worth waiting for."""
+        if self.imported.is_set() and self.dead is None and not self.busy:
+            self.proc.join(timeout)
+        if self.proc.is_alive():  # in the middle of a long build: not worth waiting for
+            self.proc.terminate()
+            self.proc.join(timeout)
+        self.conn.close()
+
+
+# A pool nobody started on purpose (fanout 1 outside the `bisect` command: only
+# the attribution has rounds of several builds) starts only once builds are seen
+# to take longer than a worker's start; until then rounds run here. Which process
+# builds never changes a result, only the wall time.
 LAZY_START_BUILD_SECONDS = 2.0
+# how long a round waits for a worker to import the engine before building without it
+READY_SECONDS = 120.0
 
 
 class BuildPool:
-    """`workers` builds at a time: this process builds one candidate of each
-    round itself while `workers - 1` pool processes build the others."""
+    """`workers` builds at a time: this process and `workers - 1` worker processes.
 
-    def __init__(self, engine, engine_name: Optional[str], model_path: str, feeds: list[dict], workers: int):
+    `start()` launches the processes (at once, so their imports overlap other
+    work); `attach()` gives the model, the inputs and the engine once they are
+    known; `run()` builds a round."""
+
+    @property
+    def kind(self) -> str:
+        return "processes" if self.workers > 1 else "serial"
+
+    def __init__(self, workers: int, engine_name: Optional[str] = None):
+        self.workers = max(1, int(workers))
+        self.engine_name = engine_name
+        self.engine = None
+        self.model_path: Optional[str] = None
+        self.feeds: list[dict] = []
+        self.keep: Optional[list[str]] = None
+        self._procs: list[_ProcessWorker] = []
+        self._local_seconds: list[float] = []
+        if engine_name is None:
+            self.workers = 1  # an engine object given in code (tests' programmed engine): no registry name
+
+    @property
+    def names(self) -> list[str]:
+        return ["main"] + [p.name for p in self._procs]
+
+    def start(self) -> None:
+        """Start the worker processes now; each imports the engine in the background."""
+        if self.workers < 2 or self._procs:
+            return
+        ctx = multiprocessing.get_context("spawn")
+        self._procs = [_ProcessWorker(ctx, self.engine_name) for _ in range(self.workers - 1)]
+        if self.model_path is not None:
+            self._send_setup()
+
+    def attach(self, engine, engine_name: Optional[str], model_path: str, feeds: list[dict],
+               keep: Optional[Sequence[str]] = None) -> None:
+        """The engine, model and inputs the builds use; sent to each worker once.
+
+        An engine this pool's workers cannot load by the same registry name
+        (an object given in code) makes the pool serial."""
         self.engine = engine
         self.model_path = str(model_path)
         self.feeds = feeds
-        self.workers = max(1, int(workers))
-        self.engine_name = engine_name
-        self._ex: Optional[cf.ProcessPoolExecutor] = None
-        self._local_seconds: list[float] = []
-        if self.workers > 1 and engine_name is None:
-            self.workers = 1  # an engine object given in code (tests' programmed engine): no registry name
-
-    def start(self) -> None:
-        """Start the pool processes now, so their imports overlap the first serial builds."""
-        if self.workers < 2 or self._ex is not None:
+        self.keep = list(keep) if keep is not None else None
+        if engine_name is None or engine_name != self.engine_name:
+            self.close()
+            self.workers = 1
             return
-        # spawn: a fresh interpreter per worker, no server socket or temp folder
-        # (forkserver keeps one in the temp folder, which is the session's while a
-        # session runs, deleted after it)
-        ctx = multiprocessing.get_context("spawn")
-        self._ex = cf.ProcessPoolExecutor(max_workers=self.workers - 1, mp_context=ctx,
-                                          initializer=_init_worker,
-                                          initargs=(self.engine_name, self.model_path, self.feeds))
-        for _ in range(self.workers - 1):
-            self._ex.submit(_warm)
+        if self._procs:
+            self._send_setup()
+
+    def _send_setup(self) -> None:
+        for p in self._procs:
+            p.inbox.put(("setup", self.model_path, self.feeds, self.keep))
 
     def run(self, jobs: list[BuildJob]) -> list[BuildResult]:
         """Results in the order of `jobs`."""
-        if self.workers < 2 or len(jobs) < 2 or (self._ex is None and not self._builds_are_slow()):
-            return [self._local(j) for j in jobs]
-        self.start()
-        assert self._ex is not None
-        # this process takes every workers-th job, the pool the rest
-        mine = set(range(0, len(jobs), self.workers))
-        futures = {i: self._ex.submit(_work, j) for i, j in enumerate(jobs) if i not in mine}
+        if self.workers > 1 and len(jobs) > 1 and not self._procs and self._builds_are_slow():
+            self.start()
+        if len(jobs) < 2:
+            return self._check([self._local(j) for j in jobs])
+        # a worker still importing is waited for (the command starts them before
+        # the baseline, so by now they are ready); one that could not start is left out
+        live = [p for p in self._procs if p.settled.wait(READY_SECONDS) and p.ready.is_set()]
+        if not live:
+            return self._check([self._local(j) for j in jobs])
+        rnd = _Round(jobs, 1 + len(live))
+        for k, p in enumerate(live, 1):
+            p.inbox.put(("round", rnd, k))
         try:
-            local = {i: self._local(jobs[i]) for i in sorted(mine)}
-            results = [local[i] if i in mine else futures[i].result() for i in range(len(jobs))]
+            while (i := rnd.take(0)) is not None:
+                try:
+                    res = self._local(jobs[i])
+                except BaseException as exc:
+                    rnd.put(i, None, exc)
+                    raise
+                rnd.put(i, res)
         except BaseException:
-            for f in futures.values():
-                f.cancel()
+            # a Ctrl-C or a failure here: nothing more is taken, and the builds
+            # still running are not waited for (close() stops their processes)
+            with rnd.cond:
+                rnd.closed = True
             raise
+        rnd.wait()
+        if rnd.errors:
+            raise rnd.errors[0]
+        return self._check(rnd.results)  # type: ignore[arg-type]
+
+    @staticmethod
+    def _check(results: list[BuildResult]) -> list[BuildResult]:
         for r in results:
             if r.fault:
-                raise EnvironmentFault(r.fault)
+                raise_fault(r)
         return results
 
     def _builds_are_slow(self) -> bool:
@@ -198,14 +437,16 @@ class BuildPool:
         return bool(seen) and sum(seen) / len(seen) >= LAZY_START_BUILD_SECONDS
 
     def _local(self, job: BuildJob) -> BuildResult:
-        res = build_and_run(self.engine, self.model_path, self.feeds, job, "main")
+        res = build_and_run(self.engine, self.model_path, self.feeds, job, "main", self.keep)
         self._local_seconds.append(res.seconds)
         return res
 
     def close(self) -> None:
-        if self._ex is not None:
-            self._ex.shutdown(wait=True, cancel_futures=True)
-            self._ex = None
+        procs, self._procs = self._procs, []
+        for p in procs:
+            p.inbox.put(None)
+        for p in procs:
+            p.join()
 
 
 def registry_name(triage) -> Optional[str]:
@@ -220,7 +461,29 @@ def registry_name(triage) -> Optional[str]:
     return None
 
 
-def pool_for(triage, workers: int = 1) -> BuildPool:
+def start_pool(opts, workers: int, ray_address: Optional[str] = None, now: bool = True):
+    """A pool made before the checklist runs (the `bisect` command). Started
+    `now`, its workers import the engine while this process makes the baseline;
+    otherwise it starts when builds prove slow (`LAZY_START_BUILD_SECONDS`)."""
+    from bisect_tui.engines.registry import ENGINES, canonical
+
+    name = canonical(opts.engine) if canonical(opts.engine) in ENGINES else None
+    if ray_address:
+        from bisect_tui.core.bisect.ray_pool import RayBuildPool
+
+        pool = RayBuildPool(ray_address, workers, name)
+    else:
+        pool = BuildPool(workers, name)
+    if now:
+        pool.start()
+    return pool
+
+
+def pool_for(triage, workers: int = 1, pool=None):
+    """`pool` (or a new one of `workers`) attached to this triage's engine, model and inputs."""
+    if pool is None:
+        pool = BuildPool(workers, registry_name(triage) if workers > 1 else None)
     feeds = [triage.inputs.feeds(k) for k in range(triage.inputs.samples)]
-    name = registry_name(triage) if workers > 1 else None
-    return BuildPool(triage.engine, name, str(triage.session.model_path), feeds, workers)
+    pool.attach(triage.engine, registry_name(triage), str(triage.session.model_path), feeds,
+                list(triage.info.outputs))
+    return pool

@@ -68,7 +68,7 @@ def _culprits_of(triage, bis, search: dict, layer: int, exposed_by: list[str], f
 
 
 def run_bisection(triage, max_builds: int = 200, config=None, max_culprits: int = 5,
-                  workers: int = 1, fanout: int = 1, use_probe: bool = True) -> dict:
+                  workers: int = 1, fanout: int = 1, use_probe: bool = True, pool=None) -> dict:
     """Run (or resume) the bisection; writes bisect/result.json and returns it.
 
     A fixpoint: after each round's culprits are attributed, the full engine is
@@ -81,8 +81,9 @@ def run_bisection(triage, max_builds: int = 200, config=None, max_culprits: int 
     triage.session.mark_step("bisect", "running")
     from bisect_tui.core.bisect.pool import pool_for
 
-    pool = pool_for(triage, workers)
-    if fanout > 1:
+    own_pool = pool is None  # `pool`: started by the caller before the checklist (the bisect command)
+    pool = pool_for(triage, workers, pool)
+    if own_pool and fanout > 1:
         pool.start()  # rounds of several builds will come: the workers' imports overlap the first steps
     # (with fanout 1 only the attribution has such rounds: the pool starts there, when it does)
     bis = Bisector(triage, config, max_builds, max_culprits, fanout=fanout, pool=pool)
@@ -97,7 +98,8 @@ def run_bisection(triage, max_builds: int = 200, config=None, max_culprits: int 
         triage.session.mark_step("bisect", "cancelled", steps=len(bis.steps))
         raise
     finally:
-        pool.close()
+        if own_pool:
+            pool.close()
     return result
 
 
@@ -218,7 +220,7 @@ def _run(triage, bis, probe, max_builds: int, max_culprits: int) -> dict:
         "engine_builds": bis.builds + extra_builds,
         # builds of a suspect's own few nodes that stood in for whole-graph ones (subgraph_check.py)
         "subgraph_builds": bis.subgraph_builds + extra_subgraph,
-        "parallel": {"workers": bis.pool.workers, "fanout": bis.fanout},
+        "parallel": {"workers": bis.pool.workers, "fanout": bis.fanout, "pool": bis.pool.kind},
         "untrusted_steps": bis.untrusted_steps,  # recorded steps whose digest failed: recomputed
         "finished": now_iso(),
         "tolerance": triage.opts.tolerance.to_dict(),

@@ -291,6 +291,21 @@ class OrtEngine:
     options = OPTIONS
     capabilities = CAPABILITIES
 
+    def warm_up(self, model_path: Optional[Path] = None) -> None:
+        """What a build worker does before its first job, while the parent is
+        still busy with the baseline: load the native library and the names
+        scanned from it (the fused-node map needs them); given the model, read
+        it once, with its tensor names and types, for the marked builds."""
+        import onnxruntime
+
+        from bisect_tui.core.runner import quiet_ort
+
+        quiet_ort()
+        onnxruntime.get_available_providers()
+        known_optimizers()
+        if model_path is not None:
+            _marking_base(Path(model_path))
+
     def validate(self, config: EngineConfig) -> None:
         """Every value checked against the installed ORT, which would ignore a
         misspelt optimizer or config key and silently fall back to CPU for a
