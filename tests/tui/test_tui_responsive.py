@@ -4,6 +4,8 @@ answered during the work (engine work runs in thread workers)."""
 from __future__ import annotations
 
 import sys
+import threading
+import time
 
 import onnx
 import pytest
@@ -26,27 +28,48 @@ def big_model(tmp_path):
     return path
 
 
+def _hold_after(monkeypatch, owner, name: str) -> threading.Event:
+    """After `owner.name` has done its real work, its worker thread keeps the CPU
+    and the GIL busy in pure Python until the test releases it: the keys are then
+    pressed while the work is certainly running, however fast the machine."""
+    release = threading.Event()
+    real = getattr(owner, name)
+
+    def held(*args, **kwargs):
+        out = real(*args, **kwargs)
+        deadline = time.monotonic() + 60
+        while not release.is_set() and time.monotonic() < deadline:
+            sum(i * i for i in range(20000))  # holds the GIL between switches, like real Python work
+        return out
+
+    monkeypatch.setattr(owner, name, held)
+    return release
+
+
 async def test_keys_answered_during_baseline_and_bisection(big_model, tmp_path, monkeypatch):
+    from bisect_tui.core.bisect.search import Bisector
+    from bisect_tui.core.pipeline import Triage
+
     monkeypatch.chdir(tmp_path)
+    checks_held = _hold_after(monkeypatch, Triage, "run_baseline")
+    search_held = _hold_after(monkeypatch, Bisector, "run")
     opts = gelu_options(str(big_model), "sess")
-    opts.samples = 12  # enough work that it is still running while keys are pressed (6 was, before the
-    # faster baseline dump: the checks then ended before the first key in 2 runs of 6)
     app = make_app(options=opts)
     async with app.run_test(size=(80, 24)) as pilot:
         await pilot.press("a")  # every check, starting with the baseline of ~2,400 tensors
         await wait_for(pilot, lambda: app.busy, what="work to start")
-        answered = 0
         for _ in range(3):  # each key takes effect while the worker still runs
             before = app.lang
             await pilot.press("l")
             await wait_for(pilot, lambda: app.lang != before, timeout=2.0, what="the language key")
-            answered += bool(app.busy)
-        assert answered >= 1, "the work finished before any key could be checked"
+            assert app.busy
+        checks_held.set()
         await wait_idle(pilot, timeout=240)
         await pilot.press("b")
         await wait_for(pilot, lambda: app.busy, what="the bisection to start")
         before = app.lang
         await pilot.press("l")
         await wait_for(pilot, lambda: app.lang != before, timeout=2.0, what="the language key")
-        assert bool(app.busy)  # answered while the search was still building engines
+        assert bool(app.busy)  # answered while the search was still running
+        search_held.set()
         await wait_idle(pilot, timeout=240)
