@@ -123,6 +123,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="engine builds at once, in worker processes (default: one per core, at most 8; "
                         "asked for, or with --fanout > 1, they start at once and import the engine while "
                         "the baseline runs); the result and the build count do not depend on it")
+    b.add_argument("--devices", type=_device_list, default=None, metavar="LIST",
+                   help="one build worker per accelerator, e.g. 0,1,2,3: each worker sees only its own "
+                        "(CUDA_VISIBLE_DEVICES), this process the first; sets --workers to their number")
     b.add_argument("--ray", metavar="ADDRESS", default=None,
                    help="build on Ray actors instead of local processes, one per worker (--workers N): "
                         "'local' starts Ray on this machine, else a cluster address for ray.init "
@@ -152,6 +155,15 @@ def build_parser() -> argparse.ArgumentParser:
                     help="prune: also the app's recent sessions outside --dir (list always shows them)")
     compare_cli.add_parser(sub)
     return p
+
+
+def _device_list(text: str) -> list[str]:
+    items = [t.strip() for t in text.split(",")]
+    if not items or any(not t or not (t.isdigit() or t.startswith(("GPU-", "MIG-"))) for t in items) \
+            or len(set(items)) != len(items):
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: expected distinct device indices or UUIDs separated by commas, e.g. 0,1")
+    return items
 
 
 def _positive_int(text: str) -> int:

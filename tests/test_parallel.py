@@ -199,3 +199,30 @@ def test_pool_worker_faults_come_back_as_what_they_are(samples):
             p.run([poolmod.BuildJob(config=good, marks=m) for m in [("blk0/ln/mean:0",), ("blk1/ln/mean:0",)] * 3])
     finally:
         p.close()
+
+
+def test_devices_give_each_worker_its_own_accelerator(samples, cases, tmp_path, capsys, monkeypatch):
+    """--devices 3,5: this process builds on device 3, one worker on device 5,
+    each seeing only its own (CUDA_VISIBLE_DEVICES, set before the engine loads).
+    CPU ORT ignores the variable, so the same culprit comes out here; the
+    worker's name carries its device and the worker process really saw it."""
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    out = tmp_path / "r.json"
+    code = main(["bisect", str(samples / "deep_stack.onnx"), "--session", str(tmp_path / "s"),
+                 "--ort-config", "optimization.enable_gelu_approximation=1", "--devices", "3,5",
+                 "--fanout", "2", "--no-probe", "--json", str(out), "-q"])
+    assert code == 1
+    res = json.loads(out.read_text())["bisect"]
+    assert res["parallel"]["workers"] == 2 and res["parallel"]["devices"] == ["3", "5"]
+    assert culprit_matches(res["culprits"][0]["original_nodes"], cases["deep_stack"]["expected_culprits"][0])
+    workers = {s.get("worker") for s in res["steps"] if not s["cached"] and s.get("worker")}
+    assert "main" in workers and any(w.startswith("w") and w.endswith("@5") for w in workers)
+    import os
+
+    assert os.environ["CUDA_VISIBLE_DEVICES"] == "3"
+    capsys.readouterr()
+    for bad in ("1,1", "x", "0,,1"):
+        with pytest.raises(SystemExit) as exc:
+            main(["bisect", str(samples / "deep_stack.onnx"), "--devices", bad])
+        assert exc.value.code == 2
+    assert "distinct device indices" in capsys.readouterr().err

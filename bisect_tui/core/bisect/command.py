@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from bisect_tui import __version__
@@ -106,7 +107,17 @@ def run_bisect_command(args, opts) -> int:
     # First of all, when parallel builds were asked for: the workers import the
     # engine while this process makes the baseline. The default (one worker per
     # core, binary search) starts them only once builds prove slow.
-    pool = start_pool(opts, workers, ray, now=bool(ray) or fanout > 1 or (asked or 1) > 1)
+    devices = getattr(args, "devices", None)
+    if devices and ray:
+        from bisect_tui.core.errors import UserError
+
+        raise UserError("--devices is for local worker processes; on Ray, GPUs are the cluster's "
+                        "to assign (give the actors num_gpus there)")
+    if devices:
+        # this process builds on the first device; it must see only that one before any engine loads
+        os.environ["CUDA_VISIBLE_DEVICES"] = devices[0]
+    pool = start_pool(opts, workers, ray, now=bool(ray) or fanout > 1 or (asked or 1) > 1 or bool(devices),
+                      devices=devices)
     triage = Triage(opts, progress)
     try:
         summary = triage.run_all()

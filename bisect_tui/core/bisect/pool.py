@@ -168,8 +168,11 @@ def warm_up(engine, model_path: Optional[str] = None) -> None:
 
 
 # --- worker process ---------------------------------------------------------------
-def _worker_main(conn, engine_name: str) -> None:
+def _worker_main(conn, engine_name: str, device: Optional[str] = None) -> None:
     """A worker process: import the engine, then build jobs until told to stop.
+
+    `device`: the one accelerator this worker may see (CUDA_VISIBLE_DEVICES,
+    set before the engine is imported, so its builds and runs go there).
 
     Messages in: ("setup", model_path, feeds, keep), ("build", BuildJob), ("stop",).
     Messages out: ("ready", name), ("ok",), ("result", BuildResult), ("error", text)."""
@@ -177,6 +180,9 @@ def _worker_main(conn, engine_name: str) -> None:
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's; it stops us
     name = f"w{os.getpid()}"
+    if device is not None:
+        os.environ["CUDA_VISIBLE_DEVICES"] = device
+        name += "@" + os.environ["CUDA_VISIBLE_DEVICES"]  # as this process sees it
     try:
         from bisect_tui.engines import get_engine
 
@@ -249,13 +255,13 @@ class _ProcessWorker:
     The thread waits for the worker's imports, sends it the inputs once, then
     builds, through the worker, its share of each round it is handed."""
 
-    def __init__(self, ctx, engine_name: str):
+    def __init__(self, ctx, engine_name: str, device: Optional[str] = None):
         self.conn, child = ctx.Pipe()
-        self.proc = ctx.Process(target=_worker_main, args=(child, engine_name), daemon=True,
+        self.proc = ctx.Process(target=_worker_main, args=(child, engine_name, device), daemon=True,
                                 name="bisect-tui build worker")
         self.proc.start()
         child.close()
-        self.name = f"w{self.proc.pid}"
+        self.name = f"w{self.proc.pid}" + (f"@{device}" if device is not None else "")
         self.inbox: queue.Queue = queue.Queue()
         self.imported = threading.Event()  # the engine is imported: it reads its messages
         self.ready = threading.Event()  # imported and set up: it can take jobs
@@ -346,7 +352,13 @@ class BuildPool:
     def kind(self) -> str:
         return "processes" if self.workers > 1 else "serial"
 
-    def __init__(self, workers: int, engine_name: Optional[str] = None):
+    def __init__(self, workers: int, engine_name: Optional[str] = None,
+                 devices: Optional[Sequence[str]] = None):
+        """`devices`: one accelerator per builder (this process takes the first,
+        worker k the k+1-th); as many workers as devices when given."""
+        self.devices = [str(d) for d in devices] if devices else None
+        if self.devices:
+            workers = len(self.devices)
         self.workers = max(1, int(workers))
         self.engine_name = engine_name
         self.engine = None
@@ -367,7 +379,8 @@ class BuildPool:
         if self.workers < 2 or self._procs:
             return
         ctx = multiprocessing.get_context("spawn")
-        self._procs = [_ProcessWorker(ctx, self.engine_name) for _ in range(self.workers - 1)]
+        devs = self.devices[1:] if self.devices else [None] * (self.workers - 1)
+        self._procs = [_ProcessWorker(ctx, self.engine_name, d) for d in devs]
         if self.model_path is not None:
             self._send_setup()
 
@@ -461,7 +474,8 @@ def registry_name(triage) -> Optional[str]:
     return None
 
 
-def start_pool(opts, workers: int, ray_address: Optional[str] = None, now: bool = True):
+def start_pool(opts, workers: int, ray_address: Optional[str] = None, now: bool = True,
+               devices: Optional[Sequence[str]] = None):
     """A pool made before the checklist runs (the `bisect` command). Started
     `now`, its workers import the engine while this process makes the baseline;
     otherwise it starts when builds prove slow (`LAZY_START_BUILD_SECONDS`)."""
@@ -473,7 +487,7 @@ def start_pool(opts, workers: int, ray_address: Optional[str] = None, now: bool 
 
         pool = RayBuildPool(ray_address, workers, name)
     else:
-        pool = BuildPool(workers, name)
+        pool = BuildPool(workers, name, devices)
     if now:
         pool.start()
     return pool

@@ -220,7 +220,8 @@ def _run(triage, bis, probe, max_builds: int, max_culprits: int) -> dict:
         "engine_builds": bis.builds + extra_builds,
         # builds of a suspect's own few nodes that stood in for whole-graph ones (subgraph_check.py)
         "subgraph_builds": bis.subgraph_builds + extra_subgraph,
-        "parallel": {"workers": bis.pool.workers, "fanout": bis.fanout, "pool": bis.pool.kind},
+        "parallel": {"workers": bis.pool.workers, "fanout": bis.fanout, "pool": bis.pool.kind,
+                     **({"devices": bis.pool.devices} if getattr(bis.pool, "devices", None) else {})},
         "untrusted_steps": bis.untrusted_steps,  # recorded steps whose digest failed: recomputed
         "finished": now_iso(),
         "tolerance": triage.opts.tolerance.to_dict(),
