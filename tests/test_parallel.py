@@ -13,31 +13,11 @@ import pytest
 from bisect_tui.cli import main
 from bisect_tui.core.bisect.run import run_bisection
 from bisect_tui.core.bisect.search import split_points
-from bisect_tui.core.pipeline import Triage, TriageOptions
 from bisect_tui.engines.base import EngineConfig
 
-from testlib import culprit_matches
+from testlib import culprit_matches, gelu_triage, search_shape
 
 GELU = (("optimization.enable_gelu_approximation", "1"),)
-
-
-def _triage(model, root):
-    t = Triage(TriageOptions(model=model, session_dir=root, config=EngineConfig(config_entries=GELU)),
-               lambda p: None)
-    t.run_all()
-    return t
-
-
-def _shape(res: dict) -> dict:
-    """What must not depend on the number of workers."""
-    return {
-        "verdict": res["verdict"],
-        "culprits": [c["original_nodes"] for c in res["culprits"]],
-        "passes": [c["attribution"]["confirmed"] for c in res["culprits"]],
-        "workaround": res["workaround"]["disabled_optimizers"],
-        "builds": res["engine_builds"],
-        "steps": [(s["kind"], s["region"], s["passed"], s["builds"]) for s in res["steps"]],
-    }
 
 
 def test_split_points_cut_the_range_evenly():
@@ -53,14 +33,14 @@ def test_split_points_cut_the_range_evenly():
 def test_two_workers_give_the_serial_result_and_build_count(samples, cases, tmp_path):
     model = samples / "two_culprits.onnx"
     # without the probe's suspects the search is all k-ary rounds
-    serial = run_bisection(_triage(model, tmp_path / "w1"), workers=1, fanout=3, use_probe=False)
-    t2 = _triage(model, tmp_path / "w2")
+    serial = run_bisection(gelu_triage(model, tmp_path / "w1"), workers=1, fanout=3, use_probe=False)
+    t2 = gelu_triage(model, tmp_path / "w2")
     parallel = run_bisection(t2, workers=2, fanout=3, use_probe=False)
-    assert _shape(serial) == _shape(parallel)
+    assert search_shape(serial) == search_shape(parallel)
     expected = sorted(cases["two_culprits"]["expected_culprits"])
     found = sorted(c["original_nodes"] for c in parallel["culprits"])
     assert len(found) == 2 and all(culprit_matches(f, e) for f, e in zip(found, expected))
-    assert all(p == ["GeluApproximation"] for p in _shape(parallel)["passes"])
+    assert all(p == ["GeluApproximation"] for p in search_shape(parallel)["passes"])
     assert parallel["parallel"] == {"workers": 2, "fanout": 3, "pool": "processes"}
     # the step log says who built what: some builds ran in the worker process
     lines = [json.loads(x) for x in (t2.session.bisect_dir / "steps.jsonl").read_text().splitlines()]
@@ -75,17 +55,17 @@ def test_two_workers_give_the_serial_result_and_build_count(samples, cases, tmp_
     assert {r.get("worker") for r in serial_lines if "from" not in r} == {"main"}
 
     # resume: a rerun of the parallel session rebuilds nothing and says the same
-    again = run_bisection(_triage(model, tmp_path / "w2"), workers=2, fanout=3, use_probe=False)
+    again = run_bisection(gelu_triage(model, tmp_path / "w2"), workers=2, fanout=3, use_probe=False)
     assert again["engine_builds"] == 0
-    assert [c["original_nodes"] for c in again["culprits"]] == _shape(parallel)["culprits"]
+    assert [c["original_nodes"] for c in again["culprits"]] == search_shape(parallel)["culprits"]
 
 
 def test_fanout_one_is_the_binary_search(samples, cases, tmp_path):
     """Default strategy unchanged by the pool: one worker or two, same steps."""
     model = samples / "deep_stack.onnx"
-    a = run_bisection(_triage(model, tmp_path / "a"), workers=1)
-    b = run_bisection(_triage(model, tmp_path / "b"), workers=2)
-    assert _shape(a) == _shape(b)
+    a = run_bisection(gelu_triage(model, tmp_path / "a"), workers=1)
+    b = run_bisection(gelu_triage(model, tmp_path / "b"), workers=2)
+    assert search_shape(a) == search_shape(b)
     assert culprit_matches(a["culprits"][0]["original_nodes"], cases["deep_stack"]["expected_culprits"][0])
     assert not any(s.get("round_size") for s in a["steps"] if s["kind"] == "bisect")
 

@@ -15,31 +15,10 @@ import pytest
 
 from bisect_tui.cli import main
 from bisect_tui.core.bisect.run import run_bisection
-from bisect_tui.core.pipeline import Triage, TriageOptions
-from bisect_tui.engines.base import EngineConfig
 
-from testlib import culprit_matches
+from testlib import culprit_matches, gelu_triage, search_shape
 
-GELU = (("optimization.enable_gelu_approximation", "1"),)
 NO_RAY = "Ray is an optional extra, not installed here: pip install 'bisect-tui[ray]' to run this test"
-
-
-def _triage(model, root):
-    t = Triage(TriageOptions(model=model, session_dir=root, config=EngineConfig(config_entries=GELU)),
-               lambda p: None)
-    t.run_all()
-    return t
-
-
-def _shape(res: dict) -> dict:
-    return {
-        "verdict": res["verdict"],
-        "culprits": [c["original_nodes"] for c in res["culprits"]],
-        "passes": [c["attribution"]["confirmed"] for c in res["culprits"]],
-        "workaround": res["workaround"]["disabled_optimizers"],
-        "builds": res["engine_builds"],
-        "steps": [(s["kind"], s["region"], s["passed"], s["builds"]) for s in res["steps"]],
-    }
 
 
 @pytest.fixture(scope="module")
@@ -56,17 +35,17 @@ def test_ray_actors_give_the_serial_result_and_build_count(local_ray, samples, c
     from bisect_tui.core.bisect.ray_pool import RayBuildPool
 
     model = samples / "two_culprits.onnx"
-    serial = run_bisection(_triage(model, tmp_path / "serial"), workers=1, fanout=3, use_probe=False)
+    serial = run_bisection(gelu_triage(model, tmp_path / "serial"), workers=1, fanout=3, use_probe=False)
     pool = RayBuildPool("local", 2, "ort")
     pool.start()  # the actors import the engine while the checklist runs
     try:
-        t = _triage(model, tmp_path / "ray")
+        t = gelu_triage(model, tmp_path / "ray")
         res = run_bisection(t, workers=2, fanout=3, use_probe=False, pool=pool)
         names = pool.names
     finally:
         pool.close()
     assert local_ray.is_initialized()  # a Ray this pool did not start is left running
-    assert _shape(res) == _shape(serial)
+    assert search_shape(res) == search_shape(serial)
     assert res["parallel"] == {"workers": 2, "fanout": 3, "pool": "ray"}
     expected = sorted(cases["two_culprits"]["expected_culprits"])
     found = sorted(c["original_nodes"] for c in res["culprits"])

@@ -54,3 +54,26 @@ def culprit_matches(found: list[str], expected: list[str]) -> bool:
     extra = [n for n in found if n not in expected]
     return (OLD_ORT_FUSIONS and [n for n in found if n in expected] == expected
             and len(extra) == 1 and extra[0].endswith("bias"))
+
+
+def gelu_triage(model, root):
+    """A checked triage of `model` with ORT's Gelu approximation on (the samples' failure)."""
+    from bisect_tui.core.pipeline import Triage, TriageOptions
+    from bisect_tui.engines.base import EngineConfig
+
+    t = Triage(TriageOptions(model=model, session_dir=root, config=EngineConfig(
+        config_entries=(("optimization.enable_gelu_approximation", "1"),))), lambda p: None)
+    t.run_all()
+    return t
+
+
+def search_shape(res: dict) -> dict:
+    """What must not depend on the number of workers or the pool."""
+    return {
+        "verdict": res["verdict"],
+        "culprits": [c["original_nodes"] for c in res["culprits"]],
+        "passes": [c["attribution"]["confirmed"] for c in res["culprits"]],
+        "workaround": res["workaround"]["disabled_optimizers"],
+        "builds": res["engine_builds"],
+        "steps": [(s["kind"], s["region"], s["passed"], s["builds"]) for s in res["steps"]],
+    }
