@@ -124,3 +124,21 @@ class FakeEngine:
 
     def versions(self) -> dict[str, str]:
         return {"fake": "1"}
+
+
+def save_two_linear(path: Path) -> list[FusedNode]:
+    """The fake engine's usual model, two Linear layers with a Relu between,
+    saved to `path`; returns the fused map to program (one Gemm per layer)."""
+    from testlib import init, make_model, vi
+
+    rng = np.random.default_rng(3)
+    nodes = [onnx.helper.make_node("MatMul", ["x", "w1"], ["m1"], name="l1/matmul"),
+             onnx.helper.make_node("Add", ["m1", "b1"], ["a1"], name="l1/bias"),
+             onnx.helper.make_node("Relu", ["a1"], ["r1"], name="l1/relu"),
+             onnx.helper.make_node("MatMul", ["r1", "w2"], ["m2"], name="l2/matmul"),
+             onnx.helper.make_node("Add", ["m2", "b2"], ["y"], name="l2/bias")]
+    inits = [init("w1", rng.standard_normal((8, 8)).astype(np.float32)), init("b1", np.zeros(8, np.float32)),
+             init("w2", rng.standard_normal((8, 8)).astype(np.float32)), init("b2", np.zeros(8, np.float32))]
+    onnx.save(make_model(nodes, [vi("x", [2, 8])], [vi("y", [2, 8])], inits), str(path))
+    return [FusedNode("Gemm_1", "Gemm", inputs=["x"], outputs=["a1"], original_nodes=["l1/matmul", "l1/bias"]),
+            FusedNode("Gemm_2", "Gemm", inputs=["r1"], outputs=["y"], original_nodes=["l2/matmul", "l2/bias"])]

@@ -6,34 +6,19 @@ from __future__ import annotations
 
 import threading
 
-import numpy as np
-import onnx
 import pytest
 
 from bisect_tui.core.bisect.run import run_bisection
 from bisect_tui.core.errors import Cancelled
 from bisect_tui.core.pipeline import Triage, TriageOptions
-from bisect_tui.engines.base import FusedNode
 
-from fake_engine import FakeEngine
-from testlib import init, make_model, vi
+from fake_engine import FakeEngine, save_two_linear
 
 
 @pytest.fixture
 def two_linear(tmp_path):
-    rng = np.random.default_rng(3)
-    nodes = [onnx.helper.make_node("MatMul", ["x", "w1"], ["m1"], name="l1/matmul"),
-             onnx.helper.make_node("Add", ["m1", "b1"], ["a1"], name="l1/bias"),
-             onnx.helper.make_node("Relu", ["a1"], ["r1"], name="l1/relu"),
-             onnx.helper.make_node("MatMul", ["r1", "w2"], ["m2"], name="l2/matmul"),
-             onnx.helper.make_node("Add", ["m2", "b2"], ["y"], name="l2/bias")]
-    inits = [init("w1", rng.standard_normal((8, 8)).astype(np.float32)), init("b1", np.zeros(8, np.float32)),
-             init("w2", rng.standard_normal((8, 8)).astype(np.float32)), init("b2", np.zeros(8, np.float32))]
     path = tmp_path / "two_linear.onnx"
-    onnx.save(make_model(nodes, [vi("x", [2, 8])], [vi("y", [2, 8])], inits), str(path))
-    fused = [FusedNode("Gemm_1", "Gemm", inputs=["x"], outputs=["a1"], original_nodes=["l1/matmul", "l1/bias"]),
-             FusedNode("Gemm_2", "Gemm", inputs=["r1"], outputs=["y"], original_nodes=["l2/matmul", "l2/bias"])]
-    return path, fused
+    return path, save_two_linear(path)
 
 
 def test_injected_engine_finds_the_programmed_culprit(two_linear, tmp_path):

@@ -14,24 +14,19 @@ from onnx import helper
 
 from bisect_tui.core.bisect.run import run_bisection
 from bisect_tui.core.bisect.search import Bisector, Candidate
-from bisect_tui.core.bisect.subgraph_check import downstream_model, suspect_on_subgraph, value_types
+from bisect_tui.core.bisect.isolate import value_types
+from bisect_tui.core.bisect.subgraph_check import downstream_model, suspect_on_subgraph
 from bisect_tui.core.pipeline import Triage, TriageOptions
 from bisect_tui.engines.base import EngineConfig
 
-from testlib import culprit_matches, init, make_model, vi
+from testlib import culprit_matches, gelu_triage, init, make_model, vi
 
 GELU = EngineConfig(config_entries=(("optimization.enable_gelu_approximation", "1"),))
 
 
-def _triage(model, tmp_path, name="s"):
-    t = Triage(TriageOptions(model=model, session_dir=tmp_path / name, config=GELU), lambda p: None)
-    t.run_all()
-    return t
-
-
 @pytest.mark.parametrize("case", ["transformer_block", "deep_stack", "branchy"])
 def test_subgraph_verdict_equals_the_whole_graph_build(samples, cases, tmp_path, case):
-    t = _triage(samples / f"{case}.onnx", tmp_path)
+    t = gelu_triage(samples / f"{case}.onnx", tmp_path / "s")
     bis = Bisector(t)
     units, _ = bis.units_at(t.opts.config.level)
     expected = cases[case]["expected_culprits"][0]
@@ -48,7 +43,7 @@ def test_subgraph_verdict_equals_the_whole_graph_build(samples, cases, tmp_path,
 
 
 def test_bisection_confirms_the_suspect_on_its_subgraph(samples, cases, tmp_path):
-    t = _triage(samples / "transformer_block.onnx", tmp_path)
+    t = gelu_triage(samples / "transformer_block.onnx", tmp_path / "s")
     res = run_bisection(t)
     assert res["verdict"] == "culprits"
     assert culprit_matches(res["culprits"][0]["original_nodes"], cases["transformer_block"]["expected_culprits"][0])
@@ -67,7 +62,7 @@ def test_bisection_confirms_the_suspect_on_its_subgraph(samples, cases, tmp_path
 
 
 def test_a_different_fusion_in_isolation_falls_back_to_the_whole_graph(samples, cases, tmp_path):
-    t = _triage(samples / "transformer_block.onnx", tmp_path)
+    t = gelu_triage(samples / "transformer_block.onnx", tmp_path / "s")
     bis = Bisector(t)
     units, _ = bis.units_at(t.opts.config.level)
     culprit = next(u for u in units if u.op_type == "FastGelu")
@@ -118,7 +113,7 @@ def test_level_search_is_kept_when_the_suspect_is_a_layout_node(samples, cases, 
     real ORT run; without it the search stays at the user's level."""
     from bisect_tui.engines.ort.engine import OrtEngine
 
-    plain = run_bisection(_triage(samples / "transformer_block.onnx", tmp_path, "plain"))
+    plain = run_bisection(gelu_triage(samples / "transformer_block.onnx", tmp_path / "plain"))
     assert plain["level"] == "all" and not any(s["kind"].startswith("level ") for s in plain["steps"])
     eng = OrtEngine()
     eng.capabilities = dataclasses.replace(eng.capabilities, coarse_domains=("com.microsoft",))
@@ -138,7 +133,7 @@ def test_fanout_builds_blocked_and_remaining_in_one_round(samples, tmp_path):
     with the same steps, verdicts and build count as one worker."""
     runs = {}
     for workers in (1, 2):
-        t = _triage(samples / "transformer_block.onnx", tmp_path, f"w{workers}")
+        t = gelu_triage(samples / "transformer_block.onnx", tmp_path / f"w{workers}")
         runs[workers] = run_bisection(t, workers=workers, fanout=2)
     one, two = runs[1], runs[2]
     kinds = [s["kind"] for s in one["steps"]]

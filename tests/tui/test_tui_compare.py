@@ -7,7 +7,7 @@ import pytest
 
 from bisect_tui.core.compare import compare_dumps
 from bisect_tui.tui.screens.compare import BOTH, GOLDEN_ONLY, TEST_ONLY, CompareApp, OverlayHistogram, overlay_rows
-from tui_helpers import screen_text
+from tui_helpers import pty_read, screen_text, spawn_in_pty
 
 
 @pytest.fixture
@@ -59,37 +59,23 @@ def test_compare_tui_flag_opens_the_view_in_a_real_terminal(tmp_path):
     """`bisect-tui compare ... --tui` end to end in a pseudo-terminal: the view draws,
     q quits, and the process exits with the verdict's code."""
     import os
-    import select
     import shutil
-    import struct
     import sys
     import time
 
-    pty = pytest.importorskip("pty")
-    import fcntl
-    import termios
-
+    pytest.importorskip("pty")
     exe = shutil.which("bisect-tui", path=os.path.dirname(sys.executable))
     assert exe, "bisect-tui is not installed next to this python"
     g = np.random.default_rng(1).standard_normal((4, 16)).astype(np.float32)
     np.save(tmp_path / "golden.npy", g)
     np.save(tmp_path / "test.npy", g[[1, 0, 2, 3]])
-    pid, fd = pty.fork()
-    if pid == 0:  # the child: the real command line
-        os.environ["TERM"] = "xterm-256color"
-        os.execv(exe, [exe, "compare", str(tmp_path / "golden.npy"), str(tmp_path / "test.npy"), "--tui"])
-    fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 80, 0, 0))
+    pid, fd = spawn_in_pty([exe, "compare", str(tmp_path / "golden.npy"), str(tmp_path / "test.npy"), "--tui"])
     out, sent, end = b"", False, time.time() + 60
     while time.time() < end:
-        ready, _, _ = select.select([fd], [], [], 0.2)
-        if ready:
-            try:
-                chunk = os.read(fd, 65536)
-            except OSError:
-                break
-            if not chunk:
-                break
-            out += chunk
+        chunk = pty_read(fd)
+        if chunk is None:
+            break
+        out += chunk
         if not sent and "golden only".encode() in out:
             time.sleep(0.3)
             os.write(fd, b"q")

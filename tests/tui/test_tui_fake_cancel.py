@@ -7,40 +7,21 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
-import onnx
 
 from bisect_tui.core.pipeline import TriageOptions
 from bisect_tui.core.resume import options_from_session
 from bisect_tui.core.tolerance import parse_tolerance
-from bisect_tui.engines.base import FusedNode
 from bisect_tui.tui.app import make_app
-from fake_engine import FakeEngine
-from testlib import init, make_model, vi
+from fake_engine import FakeEngine, save_two_linear
 from tui_helpers import wait_for, wait_idle
-
-FUSED = [FusedNode("Gemm_1", "Gemm", inputs=["x"], outputs=["a1"], original_nodes=["l1/matmul", "l1/bias"]),
-         FusedNode("Gemm_2", "Gemm", inputs=["r1"], outputs=["y"], original_nodes=["l2/matmul", "l2/bias"])]
-
-
-def _model(path: Path) -> None:
-    rng = np.random.default_rng(3)
-    nodes = [onnx.helper.make_node("MatMul", ["x", "w1"], ["m1"], name="l1/matmul"),
-             onnx.helper.make_node("Add", ["m1", "b1"], ["a1"], name="l1/bias"),
-             onnx.helper.make_node("Relu", ["a1"], ["r1"], name="l1/relu"),
-             onnx.helper.make_node("MatMul", ["r1", "w2"], ["m2"], name="l2/matmul"),
-             onnx.helper.make_node("Add", ["m2", "b2"], ["y"], name="l2/bias")]
-    inits = [init("w1", rng.standard_normal((8, 8)).astype(np.float32)), init("b1", np.zeros(8, np.float32)),
-             init("w2", rng.standard_normal((8, 8)).astype(np.float32)), init("b2", np.zeros(8, np.float32))]
-    onnx.save(make_model(nodes, [vi("x", [2, 8])], [vi("y", [2, 8])], inits), str(path))
 
 
 async def test_cancel_held_at_a_chosen_step_then_resume(workdir):
-    _model(workdir / "two_linear.onnx")
+    fused = save_two_linear(workdir / "two_linear.onnx")
     sess = workdir / "sess"
     opts = TriageOptions(model=Path("two_linear.onnx"), session_dir=Path("sess"), max_memory=1 << 30,
                          tolerance=parse_tolerance("fp32"))
-    engine = FakeEngine(FUSED, {"Gemm_2": 0.5}, hold_at=3)  # build 1: the check; 2-3: the search
+    engine = FakeEngine(fused, {"Gemm_2": 0.5}, hold_at=3)  # build 1: the check; 2-3: the search
     app = make_app(opts, engine=engine)
     async with app.run_test(size=(80, 24)) as pilot:
         await pilot.press("a")
@@ -56,7 +37,7 @@ async def test_cancel_held_at_a_chosen_step_then_resume(workdir):
         n_before = len((sess / "bisect" / "steps.jsonl").read_text().splitlines())
         assert n_before >= 1
 
-    again = FakeEngine(FUSED, {"Gemm_2": 0.5})
+    again = FakeEngine(fused, {"Gemm_2": 0.5})
     app2 = make_app(options_from_session(sess), resume=True, engine=again)
     async with app2.run_test(size=(80, 24)) as pilot:
         await wait_idle(pilot)

@@ -21,7 +21,7 @@ from bisect_tui.tui.screens.settings import SettingsScreen
 from bisect_tui.tui.widgets.common import StepList, WhyPanel
 from bisect_tui.tui.widgets.errorprofile import ErrorProfileChart
 from newuser_models import vad_like
-from tui_helpers import screen_text, wait_for, wait_idle
+from tui_helpers import pty_read, screen_text, spawn_in_pty, wait_for, wait_idle
 
 SIZES = [(80, 24), (120, 40)]
 IDS = ["80x24", "120x40"]
@@ -246,37 +246,23 @@ def test_tui_command_honours_json_and_report_in_a_real_terminal(workdir):
     """`bisect-tui tui MODEL --json F --report F.md` in a pseudo-terminal: a runs the
     checks, q quits, and both files are written (they used to be silently ignored)."""
     import os
-    import select
     import shutil
     import signal
-    import struct
     import sys
     import time
 
-    pty = pytest.importorskip("pty")
-    import fcntl
-    import termios
-
+    pytest.importorskip("pty")
     exe = shutil.which("bisect-tui", path=os.path.dirname(sys.executable))
     assert exe, "bisect-tui is not installed next to this python"
     argv = [exe, "tui", "transformer_block.onnx", "--ort-config", "optimization.enable_gelu_approximation=1",
             "--session", "s", "--json", "out.json", "--report", "out.md"]
-    pid, fd = pty.fork()
-    if pid == 0:
-        os.environ["TERM"] = "xterm-256color"
-        os.execv(exe, argv)
-    fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 80, 0, 0))
+    pid, fd = spawn_in_pty(argv)
     out, state, end = b"", "start", time.time() + 180
     while time.time() < end and state != "quit":
-        ready, _, _ = select.select([fd], [], [], 0.2)
-        if ready:
-            try:
-                chunk = os.read(fd, 65536)
-            except OSError:
-                break
-            if not chunk:
-                break
-            out += chunk
+        chunk = pty_read(fd)
+        if chunk is None:
+            break
+        out += chunk
         if state == "start" and b"Checklist" in out:
             time.sleep(0.5)
             os.write(fd, b"a")
@@ -287,15 +273,8 @@ def test_tui_command_honours_json_and_report_in_a_real_terminal(workdir):
             state = "quit"
     if state != "quit":
         os.kill(pid, signal.SIGKILL)
-    while True:  # drain until the child closes the terminal
-        ready, _, _ = select.select([fd], [], [], 5)
-        if not ready:
-            break
-        try:
-            if not os.read(fd, 65536):
-                break
-        except OSError:
-            break
+    while pty_read(fd, 5):  # drain until the child closes the terminal (or is silent 5 s)
+        pass
     _, status = os.waitpid(pid, 0)
     os.close(fd)
     assert state == "quit", out[-2000:]

@@ -90,3 +90,35 @@ def screen_text(app) -> str:
 
 def step_states(app) -> dict[str, str]:
     return dict(app.state.states)
+
+
+def spawn_in_pty(argv: list[str], cols: int = 80, rows: int = 24) -> tuple[int, int]:
+    """The real command line in a pseudo-terminal of `cols` x `rows`: (pid, fd)."""
+    import fcntl
+    import os
+    import pty
+    import struct
+    import termios
+
+    pid, fd = pty.fork()
+    if pid == 0:  # the child
+        os.environ["TERM"] = "xterm-256color"
+        os.execv(argv[0], argv)
+    fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
+    return pid, fd
+
+
+def pty_read(fd: int, wait: float = 0.2):
+    """What the terminal shows next: bytes (b"" when nothing came within `wait`
+    seconds), or None once the child has closed it."""
+    import os
+    import select
+
+    ready, _, _ = select.select([fd], [], [], wait)
+    if not ready:
+        return b""
+    try:
+        chunk = os.read(fd, 65536)
+    except OSError:
+        return None
+    return chunk or None

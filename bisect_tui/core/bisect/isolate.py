@@ -62,6 +62,16 @@ def extract_subgraph(model: onnx.ModelProto, node_names: list[str], outputs: lis
     return sub, inputs
 
 
+def value_types(triage) -> dict[str, tuple[str, list[int]]]:
+    """dtype and per-sample shape of every graph input and dumped tensor."""
+    types: dict[str, tuple[str, list[int]]] = {}
+    for name, arr in triage.inputs.arrays.items():
+        types[name] = (arr.dtype.name, list(arr.shape[1:]))
+    for t, e in manifest_index(triage.baseline.manifest).items():
+        types[t] = (e["dtype"], e["shape"])
+    return types
+
+
 def float64_truth(sub: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> tuple[Optional[dict], str]:
     """The float64 reference (core/reference.py) on one sample of a subgraph:
     (outputs, what computed them), or (None, why not)."""
@@ -97,14 +107,9 @@ def _worst(truth: np.ndarray, unfused: np.ndarray, fused: np.ndarray, k: int = 5
 def isolate(triage, units: list[Unit], config, out_dir: Path) -> dict:
     """Extract the culprit (one unit or an interacting set), run it three ways, judge."""
     info = triage.info
-    idx = manifest_index(triage.baseline.manifest)
     node_names = [n for u in units for n in u.original_nodes]
     outputs = [t for u in units for t in u.outputs]
-    types: dict[str, tuple[str, list[int]]] = {}
-    for name, arr in triage.inputs.arrays.items():
-        types[name] = (arr.dtype.name, list(arr.shape[1:]))
-    for t, e in idx.items():
-        types[t] = (e["dtype"], e["shape"])
+    types = value_types(triage)
     sub, sub_inputs = extract_subgraph(info.model, node_names, outputs, types)
     out_dir.mkdir(parents=True, exist_ok=True)
     sub_path = out_dir / "subgraph.onnx"

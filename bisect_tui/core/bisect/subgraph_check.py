@@ -31,20 +31,10 @@ import onnx
 from onnx import helper
 
 from bisect_tui.core import atomic
-from bisect_tui.core.baseline import load_tensor, manifest_index
-from bisect_tui.core.bisect.isolate import extract_subgraph
+from bisect_tui.core.baseline import load_tensor
+from bisect_tui.core.bisect.isolate import extract_subgraph, value_types
 from bisect_tui.core.bisect.units import Unit
 from bisect_tui.core.errors import EngineBuildError, EnvironmentFault, UserError
-
-
-def value_types(triage) -> dict[str, tuple[str, list[int]]]:
-    """dtype and per-sample shape of every graph input and dumped tensor."""
-    types: dict[str, tuple[str, list[int]]] = {}
-    for name, arr in triage.inputs.arrays.items():
-        types[name] = (arr.dtype.name, list(arr.shape[1:]))
-    for t, e in manifest_index(triage.baseline.manifest).items():
-        types[t] = (e["dtype"], e["shape"])
-    return types
 
 
 def downstream_model(model: onnx.ModelProto, unit: Unit,
