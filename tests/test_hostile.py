@@ -972,3 +972,26 @@ def test_determinism_second_run_is_a_fresh_process(world, tmp_path, capsys):
     assert r["verdict"] == "nondeterministic"
     assert r["determinism"]["first"]["op_type"] == "RandomNormalLike"
     assert "STOP: the baseline is not deterministic (exit 3)" in out
+
+
+def test_sweep_removes_cut_atomic_writes_in_every_session_folder(tmp_path):
+    """A SIGKILL can cut an atomic write in any folder of the session (a culprit's
+    subgraph, an engine folder): the next run's sweep removes those half-written
+    temp files everywhere, follows no link, and leaves real files alone."""
+    from bisect_tui.core.safepath import sweep_temp
+
+    sess = tmp_path / "sess"
+    cut = [sess / "bisect" / "culprit_2" / ".subgraph.onnx.csl3tgww.tmp",
+           sess / "engines" / "ort-abc" / ".fused_nodes.json.x1.tmp",
+           sess / "baseline" / ".tmp_k2j.npy", sess / ".session.json.q.tmp", sess / "tmp" / "ort_build" / "m.onnx"]
+    kept = [sess / "bisect" / "culprit_2" / "subgraph.onnx", sess / "baseline" / "a.npy", sess / "session.json"]
+    for f in cut + kept:
+        f.parent.mkdir(parents=True, exist_ok=True)
+        f.write_text("x")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / ".keep.me.tmp").write_text("not the session's")
+    (sess / "bisect" / "linked").symlink_to(outside, target_is_directory=True)
+    assert sweep_temp(sess) == 5
+    assert not [f for f in cut if f.exists()] and all(f.exists() for f in kept)
+    assert (outside / ".keep.me.tmp").exists()

@@ -188,16 +188,19 @@ def sweep_temp(root: PathLike) -> int:
                 removed += 1
             except OSError:
                 pass
-    for sub in (base, base / "baseline", base / "bisect"):
-        if not sub.is_dir() or sub.is_symlink():
-            continue
-        for child in sub.iterdir():
-            n = child.name
+    if not base.is_dir() or base.is_symlink():
+        return removed
+    # every folder of the session (an atomic write may be cut anywhere: a culprit's
+    # subgraph, an engine folder), never through a link
+    for folder, dirs, files in os.walk(base, followlinks=False):
+        if Path(folder) == base:
+            dirs[:] = [d for d in dirs if d != TMP_DIR]
+        for n in files:
             if (n.startswith(".") and n.endswith(".tmp")) or (n.startswith(".tmp_") and n.endswith(".npy")):
+                child = Path(folder) / n
                 try:
-                    if not child.is_dir():
-                        child.unlink()
-                        removed += 1
+                    child.unlink()  # a file, or a link itself (never what it points to)
+                    removed += 1
                 except OSError:
                     pass
     return removed
