@@ -257,7 +257,7 @@ def tree_digest(d: Path) -> dict:
 def _transient(rel: str) -> bool:
     name = rel.rsplit("/", 1)[-1]
     return (rel.startswith("tmp/") or (name.startswith(".") and name.endswith(".tmp"))
-            or (name.startswith(".tmp_") and name.endswith(".npy")))
+            or (name.startswith(".tmp_") and name.endswith((".npy", ".npz"))))
 
 
 def one_line(err: str) -> str:
@@ -402,6 +402,7 @@ def stale_temps(ctx: Ctx):
     (ctx.sess / "tmp" / "bisect_tui_ort_dead" / "model.onnx").write_bytes(b"x" * 100)
     (ctx.sess / ".check.json.abc123.tmp").write_text("half")
     (ctx.sess / "baseline" / ".tmp_dead.npy").write_bytes(b"\x93NUMPY")
+    (ctx.sess / "baseline" / ".tmp_dead.npz").write_bytes(b"PK\x03\x04")  # a pack cut by a SIGKILL
 
 
 def recent_state(content: str):
@@ -532,6 +533,7 @@ def temps_swept(ctx: Ctx, out: str, err: str):
     assert not list((ctx.sess / "tmp").iterdir()) if (ctx.sess / "tmp").exists() else True
     assert not (ctx.sess / ".check.json.abc123.tmp").exists()
     assert not (ctx.sess / "baseline" / ".tmp_dead.npy").exists()
+    assert not (ctx.sess / "baseline" / ".tmp_dead.npz").exists()
 
 
 def recent_list_safe(ctx: Ctx, out: str, err: str):

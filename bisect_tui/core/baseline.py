@@ -3,8 +3,10 @@
 ORT_DISABLE_ALL, CPU, FP32, every top-level tensor marked (in memory-bounded
 groups, see runner.py). One `.npy` per tensor, named
 `layer_{index:04d}_{op}_{tensor}.npy` where index is the producing node's
-topological position, with a leading samples axis. `manifest.json` is written
-last; `manifest.partial.json` after each group lets an interrupted dump resume.
+topological position, with a leading samples axis (in a model with thousands
+of tensors the small ones are members of one `.npz` per group under the same
+names, see baseline_pack.py). `manifest.json` is written last;
+`manifest.partial.json` after each group lets an interrupted dump resume.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ import numpy as np
 import onnx
 
 from bisect_tui import __version__
-from bisect_tui.core import atomic, safepath
+from bisect_tui.core import atomic, baseline_pack, safepath
 from bisect_tui.core.cancel import CancelToken, Progress, ProgressFn, no_progress
 from bisect_tui.core.graph import safe_name
 from bisect_tui.core.inputs import InputSet
@@ -152,6 +154,7 @@ class _OpenFile:
     dtype: np.dtype
     nbytes: int = 0
     kept: Optional[list] = None  # the samples of a small tensor, for the read cache
+    packed: bool = False  # bound for the group's pack: the samples stay in `kept`
 
 
 class _NpySink:
@@ -165,10 +168,17 @@ class _NpySink:
     hashlib and numpy let go of the GIL on large buffers), and all three are
     done before `write` returns, so no array lives longer than it did."""
 
-    def __init__(self, outdir: Path, fnames: dict[str, str], samples: int, on_done, remember: bool = False):
+    def __init__(self, outdir: Path, fnames: dict[str, str], samples: int, on_done, remember: bool = False,
+                 pack: bool = False, order: Optional[dict[str, int]] = None):
         """`remember`: put each small tensor into the read cache as it is written
-        (a small baseline: the probe then reads none of its files back)."""
+        (a small baseline: the probe then reads none of its files back).
+        `pack`: small tensors go into one `.npz` per group (baseline_pack.py);
+        `order` gives each tensor's layer index for the pack's name."""
         self.remember = remember
+        self.pack = pack
+        self.order = order or {}
+        self._pack: Optional[baseline_pack.PackWriter] = None
+        self._pending: list[tuple[str, dict, int, Optional[np.ndarray]]] = []
         self.outdir = outdir
         self.fnames = fnames
         self.samples = samples
@@ -180,6 +190,9 @@ class _NpySink:
     def write(self, tensor: str, sample: int, array: np.ndarray) -> None:
         array = np.asarray(array, order="C")  # keeps rank 0 (ascontiguousarray makes it 1-d)
         f = self._open.get(tensor)
+        if f is None and self.pack and array.nbytes * self.samples <= baseline_pack.PACK_TENSOR_BYTES:
+            f = self._open[tensor] = _OpenFile("", -1, hashlib.sha256(), empty_stats(), array.shape, array.dtype,
+                                               kept=[], packed=True)
         if f is None:
             fd, tmp = tempfile.mkstemp(prefix=".tmp_", suffix=".npy", dir=self.outdir)
             f = self._open[tensor] = _OpenFile(tmp, fd, hashlib.sha256(), empty_stats(), array.shape, array.dtype)
@@ -191,6 +204,12 @@ class _NpySink:
         # the bytes through a uint8 view: also for dtypes the buffer protocol does not
         # know (ml_dtypes' bfloat16), rank 0 and zero size; no copy (C order above)
         view = memoryview(array.reshape(-1).view(np.uint8))
+        if f.packed:
+            f.sha.update(view)
+            update_stats(f.stats, array)
+            f.kept.append(array)
+            f.nbytes += array.nbytes
+            return
         if array.nbytes < PARALLEL_BYTES:
             _write_all(f.fd, view)
             f.sha.update(view)
@@ -213,6 +232,21 @@ class _NpySink:
 
     def end(self, tensor: str) -> None:
         f = self._open.pop(tensor)
+        meta = {
+            "shape": list(f.shape),
+            "dtype": np.dtype(f.dtype).name,
+            "bytes": int(f.nbytes),
+            "sha256": f.sha.hexdigest(),
+            "stats": finish_stats(f.stats),
+        }
+        if f.packed:
+            if self._pack is None:
+                self._pack = baseline_pack.PackWriter(self.outdir)
+            header = _npy_header(f.dtype, (self.samples, *f.shape))
+            offset = self._pack.add(self.fnames[tensor], baseline_pack.npy_bytes(header, f.kept))
+            kept = np.stack(f.kept) if self.remember and len(f.kept) == self.samples else None
+            self._pending.append((tensor, meta, offset, kept))
+            return  # done when the pack is in place (end_group)
         # no fsync per tensor (it was a fifth of a 5,000-tensor dump): the files are
         # flushed to disk together before the manifest, written last, marks the dump
         # complete, and every reused file is checked against its digest anyway
@@ -221,17 +255,33 @@ class _NpySink:
         os.replace(f.tmp, final)
         if f.kept is not None and len(f.kept) == self.samples:
             _remember(final, np.stack(f.kept))
-        self.on_done(tensor, {
-            "shape": list(f.shape),
-            "dtype": np.dtype(f.dtype).name,
-            "bytes": int(f.nbytes),
-            "sha256": f.sha.hexdigest(),
-            "stats": finish_stats(f.stats),
-        })
+        self.on_done(tensor, meta)
+
+    def end_group(self) -> None:
+        """The group's pack goes into place; only then are its tensors done (so a
+        partial manifest never names a pack that is not there)."""
+        if self._pack is None:
+            return
+        members = [m for m, _ in self._pack.members]
+        idx = [self.order.get(t, 0) for t, _, _, _ in self._pending]
+        name = baseline_pack.pack_name(min(idx), max(idx), members)
+        final = self._pack.close(name)
+        self._pack = None
+        pending, self._pending = self._pending, []
+        for tensor, meta, offset, kept in pending:
+            if kept is not None:
+                _remember(final, kept, offset)
+            self.on_done(tensor, {**meta, "file": name, "member": self.fnames[tensor], "offset": offset})
 
     def abort(self) -> None:
         """Remove unfinished temp files and stop the threads (also after a normal end)."""
+        if self._pack is not None:
+            self._pack.abort()
+            self._pack = None
+        self._pending = []
         for f in self._open.values():
+            if f.packed:
+                continue
             try:
                 os.close(f.fd)
             except OSError:
@@ -311,22 +361,41 @@ def npy_data_sha256(path: Path, chunk: int = 1 << 22) -> tuple[str, tuple, str]:
     return h.hexdigest(), tuple(shape), np.dtype(dtype).name
 
 
-def entry_problem(outdir: Path, e: object, samples: Optional[int] = None) -> Optional[str]:
+def _read_pack(outdir: Path, name: str, packs: Optional[dict]) -> bytes:
+    if packs is not None and name in packs:
+        return packs[name]
+    with safepath.open_read(outdir, name) as fh:
+        data = fh.read()
+    if packs is not None:
+        packs.clear()  # one pack at a time: entries come grouped by pack
+        packs[name] = data
+    return data
+
+
+def entry_problem(outdir: Path, e: object, samples: Optional[int] = None,
+                  packs: Optional[dict] = None) -> Optional[str]:
     """Why a manifest entry cannot be trusted (None when its file matches its digest).
 
     Checked before any tensor is reused: the file name is a plain name inside
     the baseline folder (no `..`, no absolute path, no link), and the data's
-    SHA-256, shape and dtype are the ones written with it."""
+    SHA-256, shape and dtype are the ones written with it. A packed tensor's
+    bytes are checked the same way inside its pack (`packs` keeps the last pack
+    read, so a pack of thousands of members is read once)."""
     try:
         if not isinstance(e, dict):
             return "not an object"
         name = e["file"]
         if not safepath.is_plain_name(name):
             return f"file name {name!r} is not a plain name in the baseline folder"
+        if baseline_pack.is_packed(e) and not safepath.is_plain_name(e["member"]):
+            return f"member name {e['member']!r} is not a plain name"
         p = outdir / name
         if not safepath.regular_file(p):
             return "file missing" if not os.path.lexists(p) else "not a regular file (a link?)"
-        digest, shape, dtype = npy_data_sha256(p)
+        if baseline_pack.is_packed(e):
+            digest, shape, dtype = baseline_pack.digest_at(_read_pack(outdir, name, packs), e["offset"])
+        else:
+            digest, shape, dtype = npy_data_sha256(p)
         want = tuple([samples, *e["shape"]]) if samples is not None else shape
         if shape != want or dtype != e["dtype"]:
             return f"holds {dtype} {list(shape)}, the manifest says {e['dtype']} {list(want)}"
@@ -345,8 +414,9 @@ def _check_manifest(session: Session, m: object) -> tuple[Optional[dict], list[d
         return None, [], []
     samples = m.get("samples") if isinstance(m.get("samples"), int) else None
     good, bad = [], []
+    packs: dict = {}
     for e in m["tensors"]:
-        why = entry_problem(session.baseline_dir, e, samples)
+        why = entry_problem(session.baseline_dir, e, samples, packs)
         if why is None:
             good.append(e)
         else:
@@ -385,7 +455,8 @@ def run_baseline(
         m, good, bad = _check_manifest(session, session.read_json(rel))
         if m is None or m.get("key") != key:
             continue
-        good = [e for e in good if e.get("tensor") in fnames and e.get("file") == fnames[e["tensor"]]]
+        good = [e for e in good if e.get("tensor") in fnames
+                and baseline_pack.entry_name(e) == fnames[e["tensor"]]]
         if rel.endswith("manifest.json") and not bad and len(good) == len(m["tensors"]):
             return BaselineResult(m, True, 0.0)
         recomputed = bad
@@ -449,7 +520,9 @@ def run_baseline(
         )
 
     small = sum(v or 0 for v in sizes.values()) * max(inputs.samples, 1) <= REMEMBER_BASELINE_BYTES
-    sink = _NpySink(outdir, fnames, inputs.samples, on_done, remember=small)
+    pack = len(tensors) >= baseline_pack.PACK_MIN_TENSORS
+    order = {t: info.index.order[info.index.producer[t]] for t in todo} if pack else None
+    sink = _NpySink(outdir, fnames, inputs.samples, on_done, remember=small, pack=pack, order=order)
     progress(Progress("baseline", f"{len(tensors)} tensors in {len(groups)} group(s)", len(done), len(tensors)))
     try:
         run_groups(
@@ -554,13 +627,34 @@ def _cache_put(key: tuple, arr: np.ndarray) -> None:
         _CACHE_BYTES[0] -= old.nbytes
 
 
-def _remember(path: Path, arr: np.ndarray) -> None:
+def _remember(path: Path, arr: np.ndarray, offset: Optional[int] = None) -> None:
     """A tensor just written: the read cache gets the very array (file identity as now)."""
     try:
         st = os.lstat(path)
     except OSError:
         return
-    _cache_put(_cache_key(path, st), arr)
+    _cache_put(_cache_key(path, st) + ((offset,) if offset is not None else ()), arr)
+
+
+_PACK_READ: list = []  # [(file identity, the pack's bytes)]: the last pack read
+
+
+def _load_packed(path: Path, st: os.stat_result, e: dict) -> np.ndarray:
+    ident = _cache_key(path, st)
+    key = ident + (e.get("offset"),)
+    hit = _CACHE.get(key)
+    if hit is not None:
+        _CACHE.move_to_end(key)
+        return hit
+    if not (_PACK_READ and _PACK_READ[0][0] == ident):
+        with safepath.open_read(path.parent, path.name) as fh:
+            _PACK_READ[:] = [(ident, fh.read())]
+    try:
+        arr = baseline_pack.array_at(_PACK_READ[0][1], e.get("offset"))
+    except ValueError as exc:
+        raise safepath.UnsafePath(f"baseline pack {path.name}: {exc}") from None
+    _cache_put(key, arr)
+    return arr
 
 
 def load_tensor(session: Session, manifest: dict, tensor: str, mmap: bool = True) -> np.ndarray:
@@ -576,6 +670,8 @@ def load_tensor(session: Session, manifest: dict, tensor: str, mmap: bool = True
         st = None
     if st is None or not stat.S_ISREG(st.st_mode):
         raise safepath.UnsafePath(f"baseline tensor {path} is missing or not a regular file")
+    if baseline_pack.is_packed(e):
+        return _load_packed(path, st, e)
     if st.st_size > SMALL_TENSOR_BYTES:
         return np.load(path, mmap_mode="r" if mmap else None, allow_pickle=False)
     key = _cache_key(path, st)

@@ -175,6 +175,10 @@ def _libc_trim():
 _TRIM = _libc_trim()
 
 
+# below this a group's arrays are too small for a trim to give anything back
+RELEASE_AFTER_BYTES = 32 << 20
+
+
 def release_memory() -> None:
     """Give freed activations back to the OS between groups.
 
@@ -259,6 +263,7 @@ def run_groups(
     total = sum(len(g) for g in groups)
     done = 0
     skipped: list[str] = []
+    held = 0  # bytes of arrays the group returned
     for gi, group in enumerate(groups):
         cancel.check()
         marked = mark_outputs(model, group, types=types, keep_original=False)
@@ -276,14 +281,20 @@ def run_groups(
             for name, value in zip(names, values):
                 if isinstance(value, np.ndarray):
                     sink.write(name, k, value)
+                    held += value.nbytes
                 elif k == 0:
                     skipped.append(name)
             del values
         for name in names:
             if name not in skipped:
                 sink.end(name)
+        end_group = getattr(sink, "end_group", None)  # a sink that writes per group (baseline packs)
+        if end_group is not None:
+            end_group()
         del sess, marked
-        release_memory()
+        if held >= RELEASE_AFTER_BYTES:  # a full collection costs 40 ms on a 5,000-node model
+            release_memory()
+        held = 0
         done += len(group)
         if on_group_done:
             on_group_done(gi, group)

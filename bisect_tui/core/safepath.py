@@ -174,7 +174,7 @@ def release_session_temp(root: Optional[PathLike] = None) -> None:
 
 def sweep_temp(root: PathLike) -> int:
     """Remove what an interrupted run left: `<session>/tmp` and half-written
-    `.name.*.tmp` / `.tmp_*.npy` files of atomic writes. Returns how many."""
+    `.name.*.tmp` / `.tmp_*.npy` / `.tmp_*.npz` files of atomic writes. Returns how many."""
     removed = 0
     base = Path(root)
     tmp = base / TMP_DIR
@@ -196,7 +196,7 @@ def sweep_temp(root: PathLike) -> int:
         if Path(folder) == base:
             dirs[:] = [d for d in dirs if d != TMP_DIR]
         for n in files:
-            if (n.startswith(".") and n.endswith(".tmp")) or (n.startswith(".tmp_") and n.endswith(".npy")):
+            if (n.startswith(".") and n.endswith(".tmp")) or (n.startswith(".tmp_") and n.endswith((".npy", ".npz"))):
                 child = Path(folder) / n
                 try:
                     child.unlink()  # a file, or a link itself (never what it points to)

@@ -110,8 +110,13 @@ def _from_session(path: Path, base: Path, side: str) -> Source:
         if not f.is_file():
             raise UserError(f"{side} {term(path)}: baseline file {term(fname)} is missing; rerun `bisect-tui check` "
                             "to redo the baseline")
-        tensors.append(Loaded(str(e["tensor"]), f, None, np.dtype(e["dtype"]).str,
-                              (samples, *(int(d) for d in e["shape"])), sha256=str(e["sha256"])))
+        packed = "member" in e  # a small tensor of a large model: a member of its group's .npz
+        if packed and not isinstance(e.get("offset"), int):
+            raise UserError(f"{side} {term(path)}: manifest entry for {term(str(e.get('tensor')))} has no valid "
+                            "offset in its pack; rerun `bisect-tui check` to redo the baseline")
+        tensors.append(Loaded(str(e["tensor"]), f, str(e["member"])[: -len(".npy")] if packed else None,
+                              np.dtype(e["dtype"]).str, (samples, *(int(d) for d in e["shape"])),
+                              sha256=str(e["sha256"]), offset=e["offset"] if packed else None))
     return Source(path, "session", tuple(tensors),
                   note=f"session baseline: {len(tensors)} tensors with a leading samples axis of {samples}; "
                        "each file used is checked against the manifest SHA-256",
@@ -169,8 +174,37 @@ def _check_digest(t: Loaded, side: str) -> None:
         )
 
 
+_PACK: list = []  # [(path, size, mtime, bytes)]: the last baseline pack read
+
+
+def _packed(t: Loaded, side: str) -> np.ndarray:
+    """A packed session tensor: its bytes sliced from the pack, digest checked first."""
+    from bisect_tui.core import baseline_pack
+
+    try:
+        st = t.file.lstat()
+        ident = (str(t.file), st.st_size, st.st_mtime_ns)
+        if not (_PACK and _PACK[0][0] == ident):
+            with _open(t.file, side) as fh:
+                _PACK[:] = [(ident, fh.read())]
+        data = _PACK[0][1]
+        digest, _, _ = baseline_pack.digest_at(data, t.offset)
+    except FileNotFoundError:
+        raise UserError(f"{side} {term(t.file)} does not exist") from None
+    except (ValueError, OSError) as exc:
+        raise UserError(f"{side} {term(t.where)} cannot be read ({term(exc)})") from None
+    if digest != t.sha256:
+        raise UserError(
+            f"{side} baseline tensor {term(t.where)} does not match the SHA-256 in its manifest "
+            "(changed after the dump?): rerun `bisect-tui check` to redo the baseline"
+        )
+    return baseline_pack.array_at(data, t.offset)
+
+
 def read_array(t: Loaded, side: str) -> np.ndarray:
     """The values of one indexed tensor (memory mapped for a .npy)."""
+    if t.offset is not None:
+        return _packed(t, side)
     if t.sha256 is not None:
         _check_digest(t, side)
     try:

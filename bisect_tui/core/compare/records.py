@@ -24,6 +24,7 @@ class Loaded:
     dtype: str  # as stored on disk (uint16 for raw half-precision bits)
     shape: tuple[int, ...]
     sha256: Optional[str] = None  # a session baseline file: its manifest digest, checked on read
+    offset: Optional[int] = None  # a packed session tensor: where its .npy starts in the pack
 
     @property
     def where(self) -> str:
