@@ -1,3 +1,3 @@
-from bisect_tui.cli import main
+from bisect_tui.cli import entry
 
-raise SystemExit(main())
+entry()

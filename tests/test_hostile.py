@@ -893,7 +893,7 @@ POINTS = {
     "after-baseline": lambda s: (s / "baseline" / "manifest.json").exists(),
     "after-check": lambda s: (s / "check.json").exists(),
     "mid-bisect": lambda s: _lines(s / "bisect" / "steps.jsonl") >= 4,
-    "late-bisect": lambda s: _lines(s / "bisect" / "steps.jsonl") >= 12,
+    "late-bisect": lambda s: _lines(s / "bisect" / "steps.jsonl") >= 9,
 }
 
 

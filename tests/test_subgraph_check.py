@@ -50,10 +50,14 @@ def test_bisection_confirms_the_suspect_on_its_subgraph(samples, cases, tmp_path
     sub = [s for s in res["steps"] if s.get("subgraph")]
     assert [s["kind"] for s in sub] == ["suspect alone, on its subgraph"] and not sub[0]["passed"]
     assert res["subgraph_builds"] == 1
-    # no whole-graph build for the suspect, no level-by-level builds: blocked, remaining, the workaround
+    # no whole-graph build for the suspect, no level-by-level builds, and no "remaining
+    # fusions": the attribution's build (the pass disabled) keeps every other fused node
     whole = [s["kind"] for s in res["steps"] if not s["cached"] and not s.get("subgraph")]
-    assert whole == ["all fusions blocked", "remaining fusions", "disable GeluApproximation"]
-    assert res["engine_builds"] == 3
+    assert whole == ["all fusions blocked", "disable GeluApproximation"]
+    assert res["engine_builds"] == 2
+    proof = next(s for s in res["steps"] if s["n"] == res["rest_proven_by"]["step"])
+    assert proof["kind"] == "disable GeluApproximation" and proof["passed"]
+    assert res["workaround"]["disabled_optimizers"] == ["GeluApproximation"]
     # resumed: the subgraph step is read back, nothing is built
     again = run_bisection(Triage(TriageOptions(model=samples / "transformer_block.onnx",
                                                session_dir=tmp_path / "s", config=GELU), lambda p: None))
@@ -127,10 +131,11 @@ def test_level_search_is_kept_when_the_suspect_is_a_layout_node(samples, cases, 
 
 
 @pytest.mark.slow
-def test_fanout_builds_blocked_and_remaining_in_one_round(samples, tmp_path):
+def test_fanout_builds_blocked_and_the_attribution_in_one_round(samples, tmp_path):
     """With the suspect confirmed on its subgraph, --fanout 2 asks for "all fusions
-    blocked" and "remaining fusions" in one round: two workers build them at once,
-    with the same steps, verdicts and build count as one worker."""
+    blocked" and the suspect's attribution build (its pass found on the subgraph) in
+    one round: two workers build them at once, with the same steps, verdicts and
+    build count as one worker."""
     runs = {}
     for workers in (1, 2):
         t = gelu_triage(samples / "transformer_block.onnx", tmp_path / f"w{workers}")
@@ -138,10 +143,28 @@ def test_fanout_builds_blocked_and_remaining_in_one_round(samples, tmp_path):
     one, two = runs[1], runs[2]
     kinds = [s["kind"] for s in one["steps"]]
     assert kinds == ["full engine", "suspect alone, on its subgraph", "all fusions blocked",
-                     "remaining fusions", "disable GeluApproximation"]
+                     "disable GeluApproximation"]
     assert [(s["kind"], s["passed"], s["ratio"]) for s in two["steps"]] == \
         [(s["kind"], s["passed"], s["ratio"]) for s in one["steps"]]
-    assert one["engine_builds"] == two["engine_builds"] == 3
+    assert one["engine_builds"] == two["engine_builds"] == 2
     rounds = {s["kind"]: s for s in two["steps"]}
-    assert rounds["all fusions blocked"]["round_size"] == rounds["remaining fusions"]["round_size"] == 2
-    assert {rounds["all fusions blocked"]["worker"], rounds["remaining fusions"]["worker"]} != {"main"}
+    assert rounds["all fusions blocked"]["round_size"] == rounds["disable GeluApproximation"]["round_size"] == 2
+    assert {rounds["all fusions blocked"]["worker"], rounds["disable GeluApproximation"]["worker"]} != {"main"}
+
+
+def test_the_attribution_build_stands_for_the_rest_only_when_it_keeps_every_other_fusion(samples, cases, tmp_path):
+    """two_culprits: both Gelu blocks are FastGelu by the same pass. Disabling it
+    after the first culprit also removes the second, so that build proves nothing
+    about the other fusions: "remaining fusions" is built, fails, and the second
+    culprit is found. With both held, the same build holds every other fused node
+    and stands for the last "remaining fusions"."""
+    t = gelu_triage(samples / "two_culprits.onnx", tmp_path / "s")
+    res = run_bisection(t)
+    expected = cases["two_culprits"]["expected_culprits"]
+    assert len(res["culprits"]) == 2
+    assert all(any(culprit_matches(c["original_nodes"], e) for c in res["culprits"]) for e in expected)
+    rest = [s for s in res["steps"] if s["kind"] == "remaining fusions"]
+    assert len(rest) == 1 and not rest[0]["passed"]
+    proof = next(s for s in res["steps"] if s["n"] == res["rest_proven_by"]["step"])
+    assert proof["kind"] == "disable GeluApproximation" and proof["passed"]
+    assert proof["n"] < rest[0]["n"]  # built for the first culprit, read again for the second

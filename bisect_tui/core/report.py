@@ -488,6 +488,10 @@ def bisect_text(s: dict) -> str:
     for st in b["steps"]:
         lines.append(f"  {st['n']:>3} {term(st['kind'])[:30]:<30} {term(st['region'])[:32]:<32} "
                      f"{'pass' if st['passed'] else 'FAIL'} x{fmt(st['ratio'])}")
+    rp = b.get("rest_proven_by")
+    if rp:
+        lines.append(f"  the other fusions pass together: shown by step {rp['step']} ({term(rp['kind'])}, "
+                     f"x{fmt(rp['ratio'])}), which holds every other fused node unchanged; no build of their own")
     for i, c in enumerate(b["culprits"], 1):
         lines += culprit_lines(c, i)
     if b.get("probe_agrees") is not None:
@@ -651,6 +655,10 @@ def bisect_markdown(s: dict, base: Optional[Path] = None) -> str:
         ["step", "kind", "region", "marked", "builds", "x tolerance", "max abs", "verdict"],
         [[st["n"], _t(st["kind"]), _t(st["region"]), st["marks"], st["builds"], fmt(st["ratio"]), fmt(st["max_abs"]),
           "pass" if st["passed"] else "FAIL"] for st in b["steps"]]), ""]
+    rp = b.get("rest_proven_by")
+    if rp:
+        parts += [f"The other fusions pass together: step {rp['step']} ({_t(rp['kind'])}, x{fmt(rp['ratio'])} of the "
+                  "tolerance) holds every other fused node unchanged, so they need no build of their own.", ""]
     w = b.get("workaround")
     if w:
         parts.append("### Workaround")

@@ -130,24 +130,46 @@ def _fused_map(bisector, cfg):
     return fused if fused is not None else step.summary
 
 
-def attribute(bisector, units: list[Unit], subgraph=None) -> dict:
+def _no_switches(engine) -> bool:
+    caps = getattr(engine, "capabilities", None)
+    return caps is not None and not caps.pass_switches
+
+
+def first_guesses(bisector, units: list[Unit], subgraph=None) -> tuple[list[str], Optional[dict]]:
+    """The passes attribute() rebuilds the full engine without first, found
+    without a whole-graph build: the culprit's tags, else group testing on its
+    subgraph (returned too, for attribute's `grouped`)."""
+    engine = bisector.engine
+    if _no_switches(engine):
+        return [], None
+    known = engine.known_optimizers()
+    cands = candidate_optimizers(units, known)
+    if cands or subgraph is None:
+        return cands, None
+    names = sorted(set(known) - set(bisector.config.disabled_optimizers))
+    grouped = group_test(engine, subgraph, bisector.config, units, names, bisector.t.cancel)
+    return ([grouped["found"]] if grouped["found"] else []), grouped
+
+
+def attribute(bisector, units: list[Unit], subgraph=None, grouped: Optional[dict] = None) -> dict:
     """Confirm the candidate optimizers of one culprit by rebuilding without each;
     when no tag confirms, find the pass by group testing on the culprit's
-    extracted subgraph, then confirm that one on the full engine."""
+    extracted subgraph, then confirm that one on the full engine.
+
+    `grouped`: that group test, already made (first_guesses) for the same culprit
+    and config."""
     engine = bisector.engine
-    caps = getattr(engine, "capabilities", None)
-    if caps is not None and not caps.pass_switches:
+    if _no_switches(engine):
         return {"tags": sorted({t for u in units for t in u.optimizers}), "candidates": [], "confirmed": [],
                 "group_test": None,
                 "how": f"not attributed to a pass: {getattr(engine, 'label', engine.name)} has no pass switches"}
     known = engine.known_optimizers()
     cands = candidate_optimizers(units, known)
-    confirmed, rows = [], []
-    grouped = None
     confirmed, rows = _confirm(bisector, units, cands, known)
     if not confirmed and subgraph is not None:
-        names = sorted(set(known) - set(bisector.config.disabled_optimizers))
-        grouped = group_test(engine, subgraph, bisector.config, units, names, bisector.t.cancel)
+        if grouped is None:
+            names = sorted(set(known) - set(bisector.config.disabled_optimizers))
+            grouped = group_test(engine, subgraph, bisector.config, units, names, bisector.t.cancel)
         if grouped["found"]:
             more, more_rows = _confirm(bisector, units, [grouped["found"]], known)
             confirmed += more
@@ -229,4 +251,4 @@ def find_workaround(bisector, culprits: list[list[Unit]], attributions: list[dic
     return {**none, "how": bisector.engine.workaround_text(none)}
 
 
-__all__ = ["attribute", "candidate_optimizers", "find_workaround", "group_test"]
+__all__ = ["attribute", "candidate_optimizers", "find_workaround", "first_guesses", "group_test"]

@@ -4,11 +4,9 @@ workaround. Shared by `bisect-tui bisect`, `resume --headless` and the app."""
 from __future__ import annotations
 
 
-from pathlib import Path
-
-from bisect_tui.core.bisect.attribution import attribute, find_workaround
+from bisect_tui.core.bisect.attribution import find_workaround
+from bisect_tui.core.bisect.findings import Findings, amplified
 from bisect_tui.core.bisect.precision import precision_search
-from bisect_tui.core.bisect.isolate import isolate
 from bisect_tui.core.bisect.probe import run_probe
 from bisect_tui.core.bisect.search import Bisector, BuildBudgetExceeded
 from bisect_tui.core.bisect.units import Unit
@@ -25,23 +23,20 @@ def _culprits_of(triage, bis, search: dict, layer: int, exposed_by: list[str], f
     units = [Unit.from_dict(u) for u in search.get("units", [])]
     by_idx = {u.index: u for u in units}
     level_cfg = bis.config.with_level(search.get("level", bis.config.level))
+    findings = bis.findings or Findings(triage, bis, first_index)
     culprits, attributions = [], []
     groups = [[by_idx[i] for i in c] for c in search.get("culprits", [])]
     error_kind = (search.get("engine_error") or {}).get("kind")
     for k, group in enumerate(groups):
         ci = first_index + k
         triage.progress(Progress("isolate", f"proving culprit {ci} in isolation", k, len(groups)))
-        iso = isolate(triage, group, level_cfg, triage.session.bisect_dir / f"culprit_{ci}")
+        iso = findings.isolation(group, level_cfg, ci)  # made once: the search may have asked already
         triage.progress(Progress("attribute", f"confirming the optimizer of culprit {ci}", k, len(groups)))
-        saved = bis.config
-        bis.config = level_cfg  # attribution compares engines at the level the search ran
         try:
-            attr = attribute(bis, group, Path(iso["subgraph"]) if iso.get("subgraph") else None)
+            attr = findings.attribution(group, level_cfg, ci)
         except BuildBudgetExceeded as exc:
             attr = {"tags": sorted({t for u in group for t in u.optimizers}), "candidates": [], "confirmed": [],
                     "group_test": None, "how": f"not attributed: {exc}"}
-        finally:
-            bis.config = saved
         attributions.append(attr)
         lead = group[-1]
         first_out = next(iter(iso["outputs"].values()), {})
@@ -52,7 +47,7 @@ def _culprits_of(triage, bis, search: dict, layer: int, exposed_by: list[str], f
             "layer": layer,
             "exposed_by": list(exposed_by) or None,
             # no further from float64 than FP32: the model amplifies rounding, the kernel is fine
-            "amplified": bool(worse) and not any(worse),
+            "amplified": amplified(iso),
             "fused_node": lead.fused_node if len(group) == 1 else " + ".join(u.fused_node for u in group),
             "op_type": lead.op_type if len(group) == 1 else " + ".join(u.op_type for u in group),
             "original_nodes": [n for u in group for n in u.original_nodes],
@@ -87,6 +82,7 @@ def run_bisection(triage, max_builds: int = 200, config=None, max_culprits: int 
         pool.start()  # rounds of several builds will come: the workers' imports overlap the first steps
     # (with fanout 1 only the attribution has such rounds: the pool starts there, when it does)
     bis = Bisector(triage, config, max_builds, max_culprits, fanout=fanout, pool=pool)
+    bis.findings = Findings(triage, bis, 1)
 
     def probe(optimized: str, units: list[Unit]) -> dict:
         return run_probe(triage, optimized, units)
@@ -134,6 +130,7 @@ def _run(triage, bis, probe, max_builds: int, max_culprits: int) -> dict:
             used = bis.builds + extra_builds
             sub = Bisector(triage, cfg, max(max_builds - used, 1), max_culprits, fanout=bis.fanout, pool=bis.pool)
             sub._seed_from_check = None
+            sub.findings = Findings(triage, sub, len(culprits) + 1)
             sub.adopt_full_engine(step)
             s2 = sub.run(probe)
             for st in sub.steps:

@@ -135,6 +135,9 @@ class Bisector:
         self._load_cache()
         self.judge = OutputJudge.for_triage(triage)
         self._seed_from_check = triage.fused
+        # isolation and attribution per culprit (findings.py), set by run.py: lets the
+        # attribution's confirming build stand for "remaining fusions"
+        self.findings = None
         self.search_key = stable_key(
             "bisect/v1", triage.baseline.manifest["key"], self.config.to_dict(),
             triage.opts.tolerance.to_dict(), triage.opts.topk,
@@ -505,12 +508,19 @@ class Bisector:
         first = [Candidate("all fusions blocked", None, marks=list(self._all_tensors))]
         if confirmed is not None and self.fanout > 1:
             # speculative, in the same round (the strategy's, so any number of workers
-            # makes the same builds): the other fusions with the suspect held, which the
-            # search asks next when the blocked build passes
-            at_user, _ = self.units_at(self.config.level)
-            rest = [u for u in at_user if u.blockable and u != confirmed]
-            if rest:
-                first.append(Candidate("remaining fusions", rest, held=[confirmed]))
+            # makes the same builds): what the search asks next when the blocked build
+            # passes. The suspect's attribution builds (its pass disabled), which also
+            # stand for the other fusions (findings.py); else the other fusions with
+            # the suspect held.
+            spec = self.findings.speculative_configs([confirmed], self.config, self.findings.first_index) \
+                if self.findings is not None else []
+            if spec:
+                first += [Candidate(self._map_kind(c), None, c) for c in spec]
+            else:
+                at_user, _ = self.units_at(self.config.level)
+                rest = [u for u in at_user if u.blockable and u != confirmed]
+                if rest:
+                    first.append(Candidate("remaining fusions", rest, held=[confirmed]))
         blocked = self.evaluate_many(first)[0]
         result["all_blocked"] = blocked.to_dict()
         if users_level or confirmed is not None:
@@ -581,6 +591,16 @@ class Bisector:
                 if not remaining:
                     break
                 if held or confirmed is None:
+                    proof = self._rest_proof(culprits, units, saved, level)
+                    if proof is not None:
+                        result["rest_proven_by"] = {
+                            "step": proof.n, "kind": proof.kind, "ratio": proof.ratio,
+                            "fused_nodes": proof.fused_in_build,
+                            "why": ("the full engine with the culprits' passes disabled passes and holds "
+                                    "every other fused node unchanged, so the remaining fusions pass "
+                                    "together without a build of their own"),
+                        }
+                        break
                     check = self.evaluate("remaining fusions" if held else "all fusions at level",
                                           remaining, held=held)
                     if check.passed:
@@ -620,6 +640,19 @@ class Bisector:
                 "the unmarked engine (e.g. a fusion spanning several marked tensors)"
             )
         return self._finish(result, t0)
+
+    def _rest_proof(self, culprits: list[list[Unit]], units: list[Unit], saved: EngineConfig,
+                    level: str) -> Optional[Step]:
+        """The attribution's confirming build, when it proves the other fusions pass
+        (findings.rest_proof); only at the user's own level, where it is the build
+        the fixpoint and the workaround read next."""
+        if not culprits or self.findings is None or level != saved.level:
+            return None
+        self.config, inner = saved, self.config
+        try:
+            return self.findings.rest_proof(culprits, units, saved)
+        finally:
+            self.config = inner
 
     def _suspect_at_user_level(self, probe_fn: Callable) -> Optional[Unit]:
         """The probe of the user's own engine (the check already built it) names

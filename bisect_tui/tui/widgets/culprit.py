@@ -31,6 +31,9 @@ def culprit_text(result: Optional[dict], status: str = "idle") -> Text:
     t.append(f"{result['engine_builds']} engine build(s)"
              + (f", {result['reused_steps']} step(s) reused" if result.get("reused_steps") else "")
              + f", searched at level {result.get('level')} over {len(result.get('units', []))} fused nodes\n")
+    rp = result.get("rest_proven_by")
+    if rp:
+        t.append(f"the other fusions pass together: step {rp['step']} ({shown(rp['kind'])}) keeps them all\n")
     for i, c in enumerate(result.get("culprits", []), 1):
         t.append("\n")
         t.append(f"Culprit {i}: {shown(c['op_type'])}", style="bold")
