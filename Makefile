@@ -25,7 +25,12 @@ $(TEST_STAMP): pyproject.toml $(STAMP)
 samples: $(STAMP)
 	$(PY) sample_models/build.py
 
+# bytecode, as a non-editable pip install writes it (also where PYTHONDONTWRITEBYTECODE is set):
+# 0.1 s of every command is compiling bisect_tui's own modules otherwise
+COMPILE := $(PY) -m compileall -q bisect_tui
+
 run: $(STAMP)
+	@$(COMPILE)
 	@test -f $(SAMPLE) || $(PY) sample_models/build.py -q
 	$(VENV)/bin/bisect-tui tui $(SAMPLE) $(RUN_ARGS)
 
@@ -35,6 +40,7 @@ test: $(TEST_STAMP)
 
 bench: $(TEST_STAMP)
 	$(PY) -m pip install -q -e '.[test,bench]'
+	@$(COMPILE)
 	$(PY) sample_models/build.py -q
 	$(PY) bench/baseline_memory.py
 	$(PY) bench/bisect_vs_debug_reduce.py

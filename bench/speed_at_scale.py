@@ -239,6 +239,12 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=1,
                     help="run each bisect-tui row this many times and keep the median wall time")
     args = ap.parse_args()
+    # both tools as pip installs them, with bytecode: an editable install under
+    # PYTHONDONTWRITEBYTECODE would compile bisect_tui's modules in every command
+    # (0.1 s), while polygraphy's were compiled at install
+    import compileall
+
+    compileall.compile_dir(str(Path(__file__).resolve().parent.parent / "bisect_tui"), quiet=1)
     try:
         if not args.no_peer:
             import onnx_graphsurgeon  # noqa: F401

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from bisect_tui.core.stats import empty_stats, finish_stats, update_stats
 
@@ -68,31 +69,50 @@ def test_marked_build_returns_only_the_judged_outputs(samples):
         assert np.array_equal(some.outputs[0][name], every.outputs[0][name])
 
 
-def test_small_baseline_is_read_from_memory_and_reread_when_replaced(samples, tmp_path, monkeypatch):
+@pytest.mark.parametrize("packed", [False, True], ids=["one-file-per-tensor", "packed"])
+def test_small_baseline_is_read_from_memory_and_reread_when_replaced(samples, tmp_path, monkeypatch, packed):
     """A small baseline goes into the read cache as it is dumped: load_tensor then
     opens no file, returns exactly the file's values, read-only; a file replaced
-    on disk (new identity) is read again, never served stale."""
+    on disk (new identity) is read again, never served stale. The same for a
+    tensor inside a pack (baseline_pack.py)."""
     from bisect_tui.core import baseline as bl
+    from bisect_tui.core import baseline_pack
     from bisect_tui.core.pipeline import Triage, TriageOptions
 
+    if not packed:
+        monkeypatch.setattr(baseline_pack, "PACK_MIN_TENSORS", 10 ** 9)
     t = Triage(TriageOptions(model=samples / "deep_stack.onnx", session_dir=tmp_path / "s",
                              check_determinism=False), lambda p: None)
     t.prepare()
     t.run_baseline()
     m = t.baseline.manifest
     names = [e["tensor"] for e in m["tensors"]]
+    e = m["tensors"][3]
+    assert ("member" in e) == packed
     opened = []
-    real_load = np.load
+    real_load, real_open = np.load, bl.safepath.open_read
     monkeypatch.setattr(bl.np, "load", lambda *a, **k: opened.append(a[0]) or real_load(*a, **k))
+    monkeypatch.setattr(bl.safepath, "open_read", lambda *a, **k: opened.append(a[1]) or real_open(*a, **k))
     arrays = {n: bl.load_tensor(t.session, m, n) for n in names}
     assert opened == []
-    e = m["tensors"][3]
     path = t.session.baseline_dir / e["file"]
-    assert np.array_equal(arrays[e["tensor"]], real_load(path, allow_pickle=False))
+    if packed:
+        with real_load(path, allow_pickle=False) as z:  # numpy reads the member by its own name
+            on_disk = z[e["member"][:-4]]
+    else:
+        on_disk = real_load(path, allow_pickle=False)
+    assert np.array_equal(arrays[e["tensor"]], on_disk)
     assert not arrays[e["tensor"]].flags.writeable
     changed = np.asarray(arrays[e["tensor"]]) + 1
-    tmp = path.with_name("x.npy")
-    np.save(tmp, changed)
+    tmp = path.with_name("x.tmp")
+    if packed:  # the same pack with this member's values changed, as a new file
+        data = bytearray(path.read_bytes())
+        _, _, start, length = baseline_pack.member_at(bytes(data), e["offset"])
+        data[start:start + length] = changed.tobytes()
+        tmp.write_bytes(bytes(data))
+    else:
+        with open(tmp, "wb") as fh:
+            np.save(fh, changed)
     tmp.replace(path)
     again = bl.load_tensor(t.session, m, e["tensor"])
     assert opened and np.array_equal(again, changed)

@@ -5,8 +5,9 @@ Creating a file is the dominant cost of dumping thousands of small tensors:
 2 of the 3 seconds of a 5,104-tensor dump, against microseconds to write
 their bytes. So in a dump of at least PACK_MIN_TENSORS tensors, every tensor
 of at most PACK_TENSOR_BYTES (all samples together) goes into its group's
-pack; larger ones keep their own `.npy`, as every tensor of a smaller model
-does (one file per tensor is the easiest dump to browse).
+pack; larger ones keep their own `.npy`, as every tensor of a toy model does
+(below 64 tensors the files cost a few tens of milliseconds at worst; at 104
+small tensors packing saves 40-50 ms of a 0.7 s bisection).
 
 A pack is a plain uncompressed `.npz` (zip, stored), its members named like
 the per-tensor files (`layer_0012_MatMul_h.npy`), so `numpy.load(pack)`
@@ -30,7 +31,7 @@ from typing import Optional
 import numpy as np
 
 # a dump with fewer tensors keeps one file per tensor
-PACK_MIN_TENSORS = 512
+PACK_MIN_TENSORS = 64
 # a tensor (all samples) at most this large goes into its group's pack
 PACK_TENSOR_BYTES = 64 << 10
 _ZIP_DATE = (1980, 1, 1, 0, 0, 0)  # fixed: the same dump gives the same bytes
