@@ -974,6 +974,9 @@ def test_determinism_second_run_is_a_fresh_process(world, tmp_path, capsys):
     assert r["verdict"] == "nondeterministic"
     assert r["determinism"]["first"]["op_type"] == "RandomNormalLike"
     assert "STOP: the baseline is not deterministic (exit 3)" in out
+    # the engine was judged while the second run finished (run_all): not reported
+    assert r["determinism"]["overlapped"] and r["engine"] is None and r["outputs"] == {}
+    assert "fused engine:" not in out and r["arbiter"] is None
 
 
 def test_sweep_removes_cut_atomic_writes_in_every_session_folder(tmp_path):

@@ -586,12 +586,25 @@ class Triage:
     def run_all(self) -> dict:
         self.prepare()
         self.run_baseline()
-        self.run_determinism()
         self.run_range_check()
         self.run_framework()
-        if self.verdict_before_engine() is None:
+        overlapped = self._second_run is not None and self.verdict_before_engine() is None
+        if overlapped:
+            # the determinism check's second run (another process, started with the
+            # dump) is still finishing: judge the engine meanwhile, instead of waiting
             self.run_fused()
             self.run_arbiter()
+        self.run_determinism()
+        if self.verdict_before_engine() is None:
+            if not overlapped:
+                self.run_fused()
+                self.run_arbiter()
+        elif overlapped:
+            # a nondeterministic baseline stops the checklist before the engine: the
+            # comparison made meanwhile cannot be trusted and is not reported
+            self.fused = None
+            self.arbiter = None
+            self.session.mark_step("fused", "skipped", why="the baseline is not deterministic")
         return self.summary()
 
     def verdict_before_engine(self) -> Optional[str]:
