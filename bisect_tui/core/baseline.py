@@ -657,13 +657,39 @@ def _load_packed(path: Path, st: os.stat_result, e: dict) -> np.ndarray:
     return arr
 
 
+_BASE_DIRS: dict[str, tuple[Path, int, int]] = {}  # session root -> (checked baseline folder, its identity)
+
+
+def _baseline_dir(session: Session) -> Path:
+    """session.baseline_dir, fully checked (no link, inside the session) once and
+    then only confirmed to be the same real folder (one lstat): the probe and the
+    search look up thousands of tensors, and the full check resolves every
+    component of the path each time (0.1 ms, 0.1 s on a 1,000-node model)."""
+    key = str(session.root)
+    hit = _BASE_DIRS.get(key)
+    if hit is not None:
+        try:
+            st = os.lstat(hit[0])
+        except OSError:
+            st = None
+        if st is not None and stat.S_ISDIR(st.st_mode) and (st.st_dev, st.st_ino) == hit[1:]:
+            return hit[0]
+    d = session.baseline_dir
+    try:
+        st = os.lstat(d)
+    except OSError:
+        return d  # missing: the file check below says so
+    _BASE_DIRS[key] = (d, st.st_dev, st.st_ino)
+    return d
+
+
 def load_tensor(session: Session, manifest: dict, tensor: str, mmap: bool = True) -> np.ndarray:
     e = _entry(manifest, tensor)
     if e is None:
         raise KeyError(tensor)
     if not safepath.is_plain_name(e.get("file")):
         raise safepath.UnsafePath(f"baseline manifest names {e.get('file')!r}, not a plain file name")
-    path = session.baseline_dir / e["file"]
+    path = _baseline_dir(session) / e["file"]
     try:
         st = os.lstat(path)
     except OSError:
