@@ -111,3 +111,56 @@ def test_markdown_escapes_output_names():
     # a code span one backtick longer than the name's, the pipe escaped for the table cell
     assert "| ``a\\|b`*`` |" in md
     assert "src &lt;x&gt;" in md and "<x>" not in md
+
+
+def _arbiter_numbers(arb: dict) -> dict:
+    return {k: v for k, v in arb.items() if k not in ("seconds",)}
+
+
+def test_the_second_process_computes_the_same_truth(samples, tmp_path, monkeypatch):
+    """The determinism check's second process computes the float64 truth after its
+    digests (checks.SecondRun.truth): the arbiter's answer is the one computed
+    here, to the last digit; when that process dies first, it is computed here."""
+    from bisect_tui.core import checks
+
+    asked = []
+    real_truth = checks.SecondRun.truth
+    monkeypatch.setattr(checks.SecondRun, "truth", lambda self: asked.append(self) or real_truth(self))
+    t = run(samples, tmp_path / "child", parse_tolerance("fp32"), GELU)
+    assert t.determinism["overlapped"] and len(asked) == 1 and asked[0].truth_outputs == list(t.info.outputs)
+    assert not Path(asked[0].truth_path).exists()  # read, then removed
+    here = Triage(TriageOptions(model=samples / "transformer_block.onnx", session_dir=tmp_path / "here",
+                                max_memory=1 << 30, tolerance=parse_tolerance("fp32"),
+                                config=EngineConfig(config_entries=GELU), check_determinism=False))
+    here.run_all()
+    assert _arbiter_numbers(t.arbiter)["outputs"] == _arbiter_numbers(here.arbiter)["outputs"]
+    assert t.arbiter["truth_source"] == here.arbiter["truth_source"]
+
+    fallbacks = []
+
+    def died_first(self):  # the process gone before its truth line: nothing more to read
+        self.proc.kill()
+        self.proc.wait()
+        self._next_message = lambda: None
+        got = real_truth(self)
+        fallbacks.append(got)
+        return got
+
+    monkeypatch.setattr(checks.SecondRun, "truth", died_first)
+    dead = run(samples, tmp_path / "dead", parse_tolerance("fp32"), GELU)
+    assert fallbacks == [None]
+    assert dead.arbiter["available"] and dead.arbiter["outputs"] == here.arbiter["outputs"]
+
+    def file_gone(self):  # the line came, its file did not survive
+        msg = self._next_message()
+        while "truth" not in msg:
+            msg = self._next_message()
+        Path(self.truth_path).unlink()
+        self._next_message = lambda: msg
+        got = real_truth(self)
+        fallbacks.append(got)
+        return got
+
+    monkeypatch.setattr(checks.SecondRun, "truth", file_gone)
+    gone = run(samples, tmp_path / "gone", parse_tolerance("fp32"), GELU)
+    assert fallbacks == [None, None] and gone.arbiter["outputs"] == here.arbiter["outputs"]

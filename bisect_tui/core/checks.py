@@ -114,7 +114,12 @@ class SecondRun:
     dump and run beside it on another core; `collect` waits for its digests.
     Cancellable at any time; errors are one line."""
 
-    def __init__(self, session: Session, shapes, groups: list[list[str]], cancel: Optional[CancelToken]):
+    def __init__(self, session: Session, shapes, groups: list[list[str]], cancel: Optional[CancelToken],
+                 truth_outputs: Optional[list[str]] = None):
+        """`truth_outputs`: after the digests, the child also runs the model in
+        float64 (the arbiter's truth, which needs nothing from the engine) for these
+        graph outputs, on its own core while this process judges the engine;
+        `truth()` reads it."""
         import atexit
         import json
         import os
@@ -131,7 +136,12 @@ class SecondRun:
         tmp_dir.mkdir(parents=True, exist_ok=True)
         fd, self.plan_path = tempfile.mkstemp(prefix="determinism-plan-", suffix=".json", dir=tmp_dir)
         os.close(fd)
-        atomic.write_json(Path(self.plan_path), {"shapes": shapes, "groups": groups})
+        self.truth_path = self.plan_path[: -len(".json")] + ".truth.npz"
+        self.truth_outputs = list(truth_outputs) if truth_outputs else None
+        plan = {"shapes": shapes, "groups": groups}
+        if self.truth_outputs:
+            plan["truth"] = {"outputs": self.truth_outputs, "file": self.truth_path}
+        atomic.write_json(Path(self.plan_path), plan)
         from bisect_tui.core.second_run import take_prestarted
 
         cmd = [sys.executable, "-m", "bisect_tui.core.second_run", str(session.root), self.plan_path]
@@ -183,10 +193,70 @@ class SecondRun:
     def _unlink_plan(self) -> None:
         import os
 
+        for f in (self.plan_path, self.truth_path):
+            try:
+                os.unlink(f)
+            except OSError:
+                pass
+
+    @property
+    def truth_pending(self) -> bool:
+        """The digests are in and the child is still working on the float64 truth."""
+        return bool(self.truth_outputs) and not self._done
+
+    def _next_message(self) -> Optional[dict]:
+        """The child's next JSON line (None at its end or on cancel)."""
+        import json
+
+        while True:
+            try:
+                line = self.lines.get(timeout=0.1)
+            except queue.Empty:
+                if self.cancel.cancelled:
+                    return None
+                continue
+            if line is None or self.cancel.cancelled:
+                return None
+            try:
+                return json.loads(line)
+            except ValueError:
+                continue
+
+    def truth(self) -> Optional[tuple[dict, Optional[str], Optional[str]]]:
+        """(arrays by output name, what computed them, why the first evaluator did not)
+        from the child; None when it gave none (it died: the caller computes it).
+        A model with no float64 truth raises the child's one-line UserError."""
+        import atexit
+
+        if not self.truth_pending:
+            return None
+        msg = None
         try:
-            os.unlink(self.plan_path)
-        except OSError:
-            pass
+            while msg is None:
+                m = self._next_message()
+                if m is None:
+                    break
+                if "truth" in m or "truth_error" in m:
+                    msg = m
+            arrays = None
+            if msg is not None and "truth" in msg:
+                try:
+                    with np.load(self.truth_path, allow_pickle=False) as z:
+                        arrays = {n: z[f"o{i}"] for i, n in enumerate(self.truth_outputs or [])}
+                except (OSError, ValueError, KeyError):
+                    msg = None  # the file did not survive (a sweep, a full disk): computed here
+        finally:
+            self._done = True
+            atexit.unregister(self.abort)
+            if self.proc.poll() is None and msg is None:
+                self.proc.kill()
+            self._finish()
+        self.cancel.check()
+        if msg is None:
+            return None
+        if "truth_error" in msg:
+            raise UserError(msg["truth_error"])
+        return arrays, msg["truth"].get("ran_with"), msg["truth"].get("fallback_reason")
 
     def abort(self) -> None:
         """Not needed after all (or the run around it failed): stop the child."""
@@ -211,39 +281,33 @@ class SecondRun:
         return "".join(self.stderr_parts)
 
     def collect(self, progress: ProgressFn = no_progress) -> dict[str, str]:
-        import json
-
         digests: Optional[dict] = None
         error = None
+        stderr = ""
         try:
             while True:
-                try:
-                    line = self.lines.get(timeout=0.1)
-                except queue.Empty:
-                    if self.cancel.cancelled:
-                        break
-                    continue
-                if line is None or self.cancel.cancelled:
+                msg = self._next_message()
+                if msg is None:
                     break
-                try:
-                    msg = json.loads(line)
-                except ValueError:
-                    continue
                 if "progress" in msg:
                     progress(Progress("determinism", f"second run (fresh process): {msg['progress']}",
                                       msg.get("done", 0), msg.get("total", 0)))
                 elif "digests" in msg:
                     digests = msg["digests"]
+                    if self.truth_outputs:
+                        break  # the child goes on with the float64 truth: truth() reads it
                 elif "error" in msg:
                     error = msg["error"]
         finally:
-            if self.proc.poll() is None and (self.cancel.cancelled or digests is None):
-                self.proc.kill()
-            self._done = True
-            import atexit
+            keep = digests is not None and bool(self.truth_outputs) and not self.cancel.cancelled
+            if not keep:
+                if self.proc.poll() is None and (self.cancel.cancelled or digests is None):
+                    self.proc.kill()
+                self._done = True
+                import atexit
 
-            atexit.unregister(self.abort)
-            stderr = self._finish()
+                atexit.unregister(self.abort)
+                stderr = self._finish()
         self.cancel.check()
         if error:
             raise UserError(error)

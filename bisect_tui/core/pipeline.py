@@ -168,6 +168,7 @@ class Triage:
         # check's probe is the search's when both run at the user's settings)
         self.probe_errors: dict[tuple, dict] = {}
         self._second_run = None  # checks.SecondRun started beside the baseline dump
+        self._truth_source = None  # that run, after its digests, computing the arbiter's float64 truth
         self._torch = None  # frontends.torch.step.TorchPrepared
         self._engine = engine
 
@@ -321,7 +322,10 @@ class Triage:
         groups = determinism_plan(self.info, self.shapes, tensors, self.max_memory)
         if len(groups) != 1:
             return None
-        return SecondRun(self.session, self.shapes, groups, self.cancel)
+        # the arbiter's float64 truth needs only the model and inputs: the second
+        # process computes it next (the torch front end's truth comes from torch)
+        truth = list(self.info.outputs) if self.opts.arbiter and self._torch is None else None
+        return SecondRun(self.session, self.shapes, groups, self.cancel, truth_outputs=truth)
 
     # step 3 -----------------------------------------------------------------
     def run_determinism(self) -> dict:
@@ -338,9 +342,29 @@ class Triage:
             self.info, self.session, self.inputs, self.shapes, self.baseline.manifest,
             self.max_memory, self.cancel, self.progress, started=started,
         )
+        self._drop_truth_source()
+        if started is not None and started.truth_pending:
+            self._truth_source = started
         self.determinism = res
         self.session.mark_step("determinism", "passed" if res["deterministic"] else "failed")
         return res
+
+    def _drop_truth_source(self) -> None:
+        if self._truth_source is not None:
+            self._truth_source.abort()
+            self._truth_source = None
+
+    def _float64_truth(self, outputs: list[str]) -> tuple[dict, Optional[str], Optional[str]]:
+        """The arbiter's truth: from the second process when it computed it, else here."""
+        src, self._truth_source = self._truth_source, None
+        got = src.truth() if src is not None else None
+        if got is not None and set(got[0]) == set(outputs):
+            return got
+        from bisect_tui.core.reference import Float64Reference
+
+        ref = Float64Reference(self.info.model)
+        runs = [ref.run(self.inputs.feeds(k), outputs) for k in range(self.inputs.samples)]
+        return {n: np.stack([r[n] for r in runs]) for n in outputs}, ref.ran_with, ref.fallback_reason
 
     # step 4 -----------------------------------------------------------------
     def run_range_check(self) -> dict:
@@ -507,12 +531,14 @@ class Triage:
             self.arbiter = {**unavailable("skipped (--no-arbiter)"), "skipped": True}
             return self.arbiter
         if self.fused.get("error"):
+            self._drop_truth_source()
             self.arbiter = unavailable("the fused engine did not build or run: no output to judge")
             return self.arbiter
         key = stable_key("arbiter/v1", self.baseline.manifest["key"], self.fused["key"],
                          self._torch.loaded.state_sha256 if self._torch else None)
         cached = self.session.read_json("arbiter.json")
         if cached and cached.get("key") == key:
+            self._drop_truth_source()
             self.arbiter = cached
             return cached
         self.progress(Progress("arbiter", "float64 run of the whole model"))
@@ -538,12 +564,7 @@ class Triage:
 
                 truth, framework, source = float64_truth(self, self._torch)
             else:
-                from bisect_tui.core.reference import Float64Reference
-
-                ref = Float64Reference(self.info.model)
-                runs = [ref.run(self.inputs.feeds(k), outputs) for k in range(self.inputs.samples)]
-                truth = {n: np.stack([r[n] for r in runs]) for n in outputs}
-                source, note = ref.ran_with, ref.fallback_reason
+                truth, source, note = self._float64_truth(outputs)
         except UserError as exc:
             self.arbiter = {"key": key, **unavailable(str(exc))}
             self.session.write_json("arbiter.json", self.arbiter)
@@ -593,18 +614,18 @@ class Triage:
             # the determinism check's second run (another process, started with the
             # dump) is still finishing: judge the engine meanwhile, instead of waiting
             self.run_fused()
-            self.run_arbiter()
         self.run_determinism()
         if self.verdict_before_engine() is None:
             if not overlapped:
                 self.run_fused()
-                self.run_arbiter()
-        elif overlapped:
-            # a nondeterministic baseline stops the checklist before the engine: the
-            # comparison made meanwhile cannot be trusted and is not reported
-            self.fused = None
-            self.arbiter = None
-            self.session.mark_step("fused", "skipped", why="the baseline is not deterministic")
+            self.run_arbiter()  # its float64 truth was computed by the second run meanwhile
+        else:
+            self._drop_truth_source()
+            if overlapped:
+                # a nondeterministic baseline stops the checklist before the engine: the
+                # comparison made meanwhile cannot be trusted and is not reported
+                self.fused = None
+                self.session.mark_step("fused", "skipped", why="the baseline is not deterministic")
         return self.summary()
 
     def verdict_before_engine(self) -> Optional[str]:

@@ -82,7 +82,34 @@ def main(argv: list[str]) -> int:
 
     run_groups(info.model, plan["groups"], inputs, sink, types, None, progress, "determinism")
     print(json.dumps({"digests": sink.digests}), flush=True)
+    truth = plan.get("truth")
+    if truth:
+        _float64_truth(info, inputs, truth["outputs"], truth["file"])
     return 0
+
+
+def _float64_truth(info, inputs, outputs: list[str], dest: str) -> None:
+    """The arbiter's float64 run of the whole model (it needs no engine), while
+    the parent judges the engine; the arrays go to `dest` (in the session's tmp/),
+    one line says what computed them."""
+    import os
+
+    import numpy as np
+
+    from bisect_tui.core.errors import UserError
+    from bisect_tui.core.reference import Float64Reference
+
+    try:
+        ref = Float64Reference(info.model)
+        runs = [ref.run(inputs.feeds(k), outputs) for k in range(inputs.samples)]
+    except UserError as exc:
+        print(json.dumps({"truth_error": str(exc)}), flush=True)
+        return
+    part = dest + ".part"
+    with open(part, "wb") as fh:
+        np.savez(fh, **{f"o{i}": np.stack([np.asarray(r[n]) for r in runs]) for i, n in enumerate(outputs)})
+    os.replace(part, dest)
+    print(json.dumps({"truth": {"ran_with": ref.ran_with, "fallback_reason": ref.fallback_reason}}), flush=True)
 
 
 def _exit_now(code: int) -> None:
