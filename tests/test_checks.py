@@ -79,3 +79,34 @@ def test_fp16_headroom_and_user_ranges(tiny_model, tmp_path):
     assert over["y"]["headroom"] < 1
     assert rc["nan_inf"] == [] and rc["bf16"]["overflow"] == []
     assert [v["tensor"] for v in rc["user_ranges"]] == ["a"]
+
+
+def test_engine_built_beside_the_dump_gives_the_same_check(samples, tmp_path, monkeypatch):
+    """The engine under test is built in a thread while the baseline dumps
+    (Capabilities.concurrent_builds): the same verdict and numbers as a build
+    after the dump."""
+    import threading
+
+    from bisect_tui.core.pipeline import Triage, TriageOptions
+    from bisect_tui.engines.base import EngineConfig
+    from bisect_tui.engines.ort.engine import OrtEngine
+
+    where = []
+    real = OrtEngine.build
+    monkeypatch.setattr(OrtEngine, "build",
+                        lambda self, *a, **k: where.append(threading.current_thread().name) or real(self, *a, **k))
+    cfg = EngineConfig(config_entries=(("optimization.enable_gelu_approximation", "1"),))
+
+    def check(name):
+        t = Triage(TriageOptions(model=samples / "transformer_block.onnx", session_dir=tmp_path / name, config=cfg))
+        t.run_all()
+        return t
+
+    early = check("early")
+    assert where[0].startswith("fused-build") and early.fused["passed"] is False
+    monkeypatch.setattr(Triage, "_start_fused_build_early", lambda self: None)
+    where.clear()
+    after = check("after")
+    assert where[0] == threading.main_thread().name
+    assert early.fused["outputs"] == after.fused["outputs"]
+    assert early.fused["fused_nodes"] == after.fused["fused_nodes"]

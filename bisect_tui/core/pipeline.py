@@ -169,6 +169,7 @@ class Triage:
         self.probe_errors: dict[tuple, dict] = {}
         self._second_run = None  # checks.SecondRun started beside the baseline dump
         self._truth_source = None  # that run, after its digests, computing the arbiter's float64 truth
+        self._fused_build = None  # (config, workdir, future): the engine under test, built beside the dump
         self._torch = None  # frontends.torch.step.TorchPrepared
         self._engine = engine
 
@@ -282,6 +283,7 @@ class Triage:
         assert self.info and self.session and self.inputs
         self.session.mark_step("baseline", "running")
         early = self._start_second_run_early()
+        self._start_fused_build_early()
         try:
             res = run_baseline(
                 self.info, self.session, self.inputs, self.shapes, self.max_memory,
@@ -290,6 +292,7 @@ class Triage:
         except BaseException:
             if early is not None:
                 early.abort()
+            self._drop_fused_build()
             raise
         self._second_run = early
         self.baseline = res
@@ -326,6 +329,63 @@ class Triage:
         # process computes it next (the torch front end's truth comes from torch)
         truth = list(self.info.outputs) if self.opts.arbiter and self._torch is None else None
         return SecondRun(self.session, self.shapes, groups, self.cancel, truth_outputs=truth)
+
+    def _fused_key(self, baseline_key: str, config: EngineConfig) -> str:
+        return stable_key("fused/v4", baseline_key, self.opts.engine, self.opts.compare_tensors,
+                          config.to_dict(), self.opts.tolerance.to_dict(), self.opts.topk)
+
+    def _start_fused_build_early(self) -> None:
+        """The engine under test needs nothing from the baseline to be built: with an
+        engine whose builds may run in a thread (Capabilities.concurrent_builds) it is
+        built beside the dump, and run_fused takes it. Only for a model whose weights
+        are a small share of the memory budget (the build holds a copy while the
+        dump runs), and not when check.json already holds this verdict."""
+        caps = getattr(self.engine, "capabilities", None)
+        if not getattr(caps, "concurrent_builds", False) or (os.cpu_count() or 1) < 2:
+            return
+        assert self.info and self.session and self.inputs
+        if self.info.initializer_bytes * 4 > self.max_memory // 8:
+            return
+        from bisect_tui.core.baseline import baseline_key
+
+        config = self.opts.config
+        cached = self.session.read_json("check.json")
+        if cached and cached.get("key") == self._fused_key(baseline_key(self.info, self.inputs), config):
+            return
+        from concurrent.futures import ThreadPoolExecutor
+
+        workdir = self.engine_dir(config)
+        workdir.mkdir(parents=True, exist_ok=True)
+        pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="fused-build")
+        future = pool.submit(self.engine.build, self.session.model_path, config, (), workdir)
+        pool.shutdown(wait=False)
+        self._fused_build = (config, workdir, future)
+
+    def _take_fused_build(self, config: EngineConfig, workdir: Path):
+        """The early build of exactly this config (its engine errors raised here, as
+        a build here would raise them), or None."""
+        early, self._fused_build = self._fused_build, None
+        if early is None:
+            return None
+        if early[0] != config or early[1] != workdir:
+            self._drop(early)
+            return None
+        return early[2].result()
+
+    @staticmethod
+    def _drop(early) -> None:
+        def close(f) -> None:
+            try:
+                f.result().close()
+            except BaseException:  # noqa: BLE001 - a build nobody asked for: its error is nobody's
+                pass
+
+        early[2].add_done_callback(close)
+
+    def _drop_fused_build(self) -> None:
+        if self._fused_build is not None:
+            self._drop(self._fused_build)
+            self._fused_build = None
 
     # step 3 -----------------------------------------------------------------
     def run_determinism(self) -> dict:
@@ -388,10 +448,10 @@ class Triage:
             self.run_baseline()
         assert self.info and self.session and self.inputs and self.baseline
         config = config or self.opts.config
-        key = stable_key("fused/v4", self.baseline.manifest["key"], self.opts.engine, self.opts.compare_tensors,
-                         config.to_dict(), self.opts.tolerance.to_dict(), self.opts.topk)
+        key = self._fused_key(self.baseline.manifest["key"], config)
         cached = self.session.read_json("check.json")
         if cached and cached.get("key") == key:
+            self._drop_fused_build()
             self.fused = cached
             self.session.mark_step("fused", "passed" if cached["passed"] else "failed")
             return cached
@@ -402,7 +462,8 @@ class Triage:
         workdir = self.engine_dir(config)
         workdir.mkdir(parents=True, exist_ok=True)
         try:
-            built = self.engine.build(self.session.model_path, config, (), workdir)
+            built = self._take_fused_build(config, workdir) or self.engine.build(
+                self.session.model_path, config, (), workdir)
         except EngineBuildError as exc:
             # The baseline ran, the engine under test did not: that is the
             # failure the user came with, a finding for the bisection.
@@ -621,6 +682,7 @@ class Triage:
             self.run_arbiter()  # its float64 truth was computed by the second run meanwhile
         else:
             self._drop_truth_source()
+            self._drop_fused_build()
             if overlapped:
                 # a nondeterministic baseline stops the checklist before the engine: the
                 # comparison made meanwhile cannot be trusted and is not reported

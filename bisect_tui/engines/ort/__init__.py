@@ -45,6 +45,7 @@ CAPABILITIES = Capabilities(
     observation="the saved optimized graph rerun at ORT_DISABLE_ALL: its surviving tensors marked, "
                 "no fusion undone",
     coarse_domains=("com.microsoft.nchwc",),
+    concurrent_builds=True,
 )
 
 
