@@ -168,3 +168,29 @@ def test_the_attribution_build_stands_for_the_rest_only_when_it_keeps_every_othe
     proof = next(s for s in res["steps"] if s["n"] == res["rest_proven_by"]["step"])
     assert proof["kind"] == "disable GeluApproximation" and proof["passed"]
     assert proof["n"] < rest[0]["n"]  # built for the first culprit, read again for the second
+
+
+def test_blocked_build_made_during_the_subgraph_check_changes_nothing(samples, tmp_path, monkeypatch):
+    """"all fusions blocked" is built in a thread while the suspect is judged on its
+    subgraph (Bisector.prefetch): the steps, verdicts, ratios and build count are
+    those of the search without it."""
+    import threading
+
+    from bisect_tui.engines.ort.engine import OrtEngine
+
+    where = {}
+    real = OrtEngine.build
+
+    def build(self, model_path, config, marked=(), workdir=None):
+        if len(marked) > 10:  # the blocked build marks every tensor
+            where["blocked"] = threading.current_thread().name
+        return real(self, model_path, config, marked, workdir)
+
+    monkeypatch.setattr(OrtEngine, "build", build)
+    with_pf = run_bisection(gelu_triage(samples / "transformer_block.onnx", tmp_path / "pf"))
+    assert where["blocked"].startswith("prefetch-build")
+    monkeypatch.setattr(Bisector, "prefetch", lambda self, cand: None)
+    plain = run_bisection(gelu_triage(samples / "transformer_block.onnx", tmp_path / "plain"))
+    assert where["blocked"] == threading.main_thread().name
+    shape = lambda r: [(s["kind"], s["passed"], s["ratio"], s["builds"], s["cached"]) for s in r["steps"]]  # noqa: E731
+    assert shape(with_pf) == shape(plain) and with_pf["engine_builds"] == plain["engine_builds"] == 2

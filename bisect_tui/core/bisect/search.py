@@ -135,6 +135,7 @@ class Bisector:
         self._load_cache()
         self.judge = OutputJudge.for_triage(triage)
         self._seed_from_check = triage.fused
+        self._prefetched: dict[str, "object"] = {}  # step key -> Future of [BuildResult] (prefetch)
         # isolation and attribution per culprit (findings.py), set by run.py: lets the
         # attribution's confirming build stand for "remaining fusions"
         self.findings = None
@@ -210,21 +211,7 @@ class Bisector:
         Steps are recorded in the order given and each build counted in that
         order, so the steps file, the verdicts and the build count are the
         same with one worker or many."""
-        plans = []
-        for c in cands:
-            config = c.config or self.config
-            marks = c.marks
-            if marks is None:
-                if c.enabled is None:
-                    marks = []
-                else:
-                    held_t = [t for u in (c.held or []) for t in u.interior]
-                    marks = marks_for(c.enabled, self._all_tensors, held_t)
-            digest = hashlib.sha1("\n".join(sorted(marks)).encode()).hexdigest()
-            key = stable_key(self.search_key, config.to_dict(), digest)
-            region = "whole graph" if c.enabled is None else region_text(c.enabled)
-            ids = [] if c.enabled is None else [u.index for u in c.enabled]
-            plans.append((c.kind, config, list(marks), key, region, ids))
+        plans = [self._plan(c) for c in cands]
         out: list[Optional[Step]] = [None] * len(plans)
         todo: list[int] = []
         for i, (kind, config, marks, key, region, ids) in enumerate(plans):
@@ -258,20 +245,57 @@ class Bisector:
                 out[i] = next(st for st in self.steps if st.key == p[3])
         return out  # type: ignore[return-value]
 
-    def _build_round(self, plans: list, todo: list[int], out: list) -> None:
+    def _plan(self, c: "Candidate") -> tuple:
+        """(kind, config, marks, key, region, unit ids) of one candidate."""
+        config = c.config or self.config
+        marks = c.marks
+        if marks is None:
+            if c.enabled is None:
+                marks = []
+            else:
+                held_t = [t for u in (c.held or []) for t in u.interior]
+                marks = marks_for(c.enabled, self._all_tensors, held_t)
+        digest = hashlib.sha1("\n".join(sorted(marks)).encode()).hexdigest()
+        key = stable_key(self.search_key, config.to_dict(), digest)
+        region = "whole graph" if c.enabled is None else region_text(c.enabled)
+        ids = [] if c.enabled is None else [u.index for u in c.enabled]
+        return (c.kind, config, list(marks), key, region, ids)
+
+    def _job(self, plan: tuple):
         from bisect_tui.core.bisect.pool import BuildJob
 
-        jobs = []
-        for i in todo:
-            kind, config, marks, key, region, ids = plans[i]
-            # Unmarked builds are the real engine for a config: keep their optimized
-            # graph and fused-node map, which the level search, the attribution and
-            # the workaround all read instead of building again.
-            workdir = self.engine_dir(config) if not marks else None
-            jobs.append(BuildJob(config=config.to_dict(), marks=tuple(marks),
-                                 workdir=str(workdir) if workdir is not None else None,
-                                 want_unblocked=bool(marks) and not self._marking_blocks,
-                                 outputs=tuple(self.t.info.outputs)))
+        kind, config, marks, key, region, ids = plan
+        # Unmarked builds are the real engine for a config: keep their optimized
+        # graph and fused-node map, which the level search, the attribution and
+        # the workaround all read instead of building again.
+        workdir = self.engine_dir(config) if not marks else None
+        return BuildJob(config=config.to_dict(), marks=tuple(marks),
+                        workdir=str(workdir) if workdir is not None else None,
+                        want_unblocked=bool(marks) and not self._marking_blocks,
+                        outputs=tuple(self.t.info.outputs))
+
+    def prefetch(self, cand: "Candidate") -> None:
+        """Start a build the search will certainly ask for next, in a thread beside
+        the work before it (an engine with Capabilities.concurrent_builds, one
+        worker: with several, rounds spread builds already). evaluate_many takes
+        its result when the candidate comes, so the steps, their order and the
+        build count are those of the plain search; a prefetch nobody takes (the
+        search cancelled or failed first) is closed and not counted."""
+        caps = getattr(self.engine, "capabilities", None)
+        if not getattr(caps, "concurrent_builds", False) or getattr(self.pool, "kind", None) != "serial":
+            return
+        plan = self._plan(cand)
+        key = plan[3]
+        if key in self._prefetched or key in self._cache or any(st.key == key for st in self.steps):
+            return
+        from concurrent.futures import ThreadPoolExecutor
+
+        pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="prefetch-build")
+        self._prefetched[key] = pool.submit(self.pool.run, [self._job(plan)])
+        pool.shutdown(wait=False)
+
+    def _build_round(self, plans: list, todo: list[int], out: list) -> None:
+        jobs = [self._job(plans[i]) for i in todo]
         first = plans[todo[0]]
         what = (f"{first[0]}: {first[4]}" if len(todo) == 1 else
                 f"{len(todo)} candidates at once ({min(len(todo), self.pool.workers)} worker(s))")
@@ -282,7 +306,9 @@ class Bisector:
                           "candidates": len(todo)}},
         ))
         t0 = time.perf_counter()
-        results = self.pool.run(jobs)
+        early = [self._prefetched.pop(plans[i][3], None) for i in todo]
+        rest = iter(self.pool.run([j for j, f in zip(jobs, early) if f is None]) if None in early else ())
+        results = [f.result()[0] if f is not None else next(rest) for f in early]
         wall = time.perf_counter() - t0
         for i, job, res in zip(todo, jobs, results):
             kind, config, marks, key, region, ids = plans[i]
@@ -501,11 +527,14 @@ class Bisector:
         # in an amplifying model the lowest failing level only shows amplified reordering:
         # every fusion of the user's level is judged locally instead
         users_level = self.amplifies() or self.config.level == self.levels[0] or len(self.levels) < 2
+        blocked_cand = Candidate("all fusions blocked", None, marks=list(self._all_tensors))
         if not users_level and probe_fn:
             # the probe of the user's own engine (the check built it) and its suspect on
-            # its subgraph: no whole-graph build yet
+            # its subgraph: no whole-graph build yet, but the blocked build comes next
+            # whatever the suspect does: it is built meanwhile
+            self.prefetch(blocked_cand)
             confirmed = self._suspect_at_user_level(probe_fn)
-        first = [Candidate("all fusions blocked", None, marks=list(self._all_tensors))]
+        first = [blocked_cand]
         if confirmed is not None and self.fanout > 1:
             # speculative, in the same round (the strategy's, so any number of workers
             # makes the same builds): what the search asks next when the blocked build
