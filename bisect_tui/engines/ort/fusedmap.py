@@ -39,6 +39,23 @@ _LAYOUT_OPS = frozenset(
 )
 
 
+_ORIGINAL: list = []  # [(the model object given, its index and name sets)]: the last one mapped against
+
+
+def _original_index(original: onnx.ModelProto) -> tuple:
+    """The original graph's index, kept while the same (unchanged) model object is
+    given again: the engine hands the same object for every build of a search.
+    Read-only here, so reuse is safe; any other object is indexed afresh."""
+    if _ORIGINAL and _ORIGINAL[0][0] is original and _ORIGINAL[0][1] == original.ByteSize():
+        return _ORIGINAL[0][2]
+    named = _ensure_named(original)
+    oidx = GraphIndex.build(named)
+    og = named.graph
+    entry = (named, oidx, set(oidx.producer) | {i.name for i in og.input} | oidx.initializers, set(oidx.by_name))
+    _ORIGINAL[:] = [(original, original.ByteSize(), entry)]
+    return entry
+
+
 def fused_node_map(
     original: onnx.ModelProto,
     optimized: onnx.ModelProto,
@@ -69,11 +86,7 @@ def fused_node_map(
     `InsertedCast_X`, `FusedBack_X`) stand for X, and so do renamed outputs of
     a node that kept its name, op and domain. Result is in the optimized graph's topological
     order."""
-    original = _ensure_named(original)
-    oidx = GraphIndex.build(original)
-    og = original.graph
-    orig_tensors = set(oidx.producer) | {i.name for i in og.input} | oidx.initializers
-    orig_names = set(oidx.by_name)
+    original, oidx, orig_tensors, orig_names = _original_index(original)
 
     g = optimized.graph
     # A node ORT left as it was keeps its name, op and domain; if its outputs
