@@ -136,11 +136,20 @@ def _write_large(fd: int, view: memoryview) -> None:
         _WRITEBACK[0](fd)
 
 
+_HEADERS: dict[tuple, bytes] = {}  # (dtype, shape) -> header: thousands of tensors share a few shapes
+
+
 def _npy_header(dtype: np.dtype, shape: tuple) -> bytes:
     """The `.npy` 1.0 header numpy.save writes for a C-order array of this dtype and shape."""
+    key = (np.dtype(dtype), tuple(int(d) for d in shape))
+    hit = _HEADERS.get(key)
+    if hit is not None:
+        return hit
     buf = io.BytesIO()
     np.lib.format.write_array_header_1_0(
         buf, {"descr": np.lib.format.dtype_to_descr(dtype), "fortran_order": False, "shape": shape})
+    if len(_HEADERS) < 4096:
+        _HEADERS[key] = buf.getvalue()
     return buf.getvalue()
 
 
@@ -502,7 +511,9 @@ def run_baseline(
         done[t] = entry(t, meta)
         written["bytes"] += meta["bytes"]
 
-    def write_partial(_gi: int, _group: list[str]) -> None:
+    def write_partial(gi: int, _group: list[str]) -> None:
+        if gi == len(groups) - 1:
+            return  # the last group: the manifest itself comes next (a kill between redoes this group)
         atomic.write_json(
             outdir / "manifest.partial.json",
             {"key": key, "tensors": [done[t] for t in tensors if t in done]}, compact=True,

@@ -431,21 +431,14 @@ def check_ranges(
     return result
 
 
-def check_sensitivity(info: ModelInfo, session: Session, inputs: InputSet, manifest: dict,
-                      tolerance, key: str) -> dict:
-    """How far the unfused FP32 outputs move when every float input moves by one ulp.
-
-    A fused kernel that only reorders FP32 arithmetic perturbs activations by
-    about that much. If the model amplifies such noise beyond the tolerance,
-    *every* fusion will look guilty; the search and its isolated evidence must
-    then be read with that in mind."""
-    cached = session.read_json("sensitivity.json")
-    if cached and cached.get("key") == key:
-        return cached
-    from bisect_tui.core.baseline import reference_output
+def perturbed_runs(model, inputs: InputSet) -> Optional[list[dict[str, np.ndarray]]]:
+    """The unfused FP32 outputs, per sample, with every float input moved by one ulp
+    in a random (seeded) direction; None when no input is floating point. Needs
+    the model and inputs only, so it may run beside the baseline dump."""
     from bisect_tui.core.runner import make_session
-    from bisect_tui.core.tolerance import judge_arrays
 
+    if not any(a.dtype.kind == "f" for a in inputs.arrays.values()):
+        return None
     rng = np.random.default_rng(12345)
     feeds_all = {}
     for name, arr in inputs.arrays.items():
@@ -454,14 +447,33 @@ def check_sensitivity(info: ModelInfo, session: Session, inputs: InputSet, manif
             feeds_all[name] = np.nextafter(arr, toward)
         else:
             feeds_all[name] = arr
+    sess = make_session(model, "disable")
+    names = [o.name for o in sess.get_outputs()]
+    return [dict(zip(names, sess.run(names, {n: np.asarray(a[k], order="C") for n, a in feeds_all.items()})))
+            for k in range(inputs.samples)]
+
+
+def check_sensitivity(info: ModelInfo, session: Session, inputs: InputSet, manifest: dict,
+                      tolerance, key: str, runs: Optional[list] = None) -> dict:
+    """How far the unfused FP32 outputs move when every float input moves by one ulp.
+
+    A fused kernel that only reorders FP32 arithmetic perturbs activations by
+    about that much. If the model amplifies such noise beyond the tolerance,
+    *every* fusion will look guilty; the search and its isolated evidence must
+    then be read with that in mind. `runs`: perturbed_runs, made earlier."""
+    cached = session.read_json("sensitivity.json")
+    if cached and cached.get("key") == key:
+        return cached
+    from bisect_tui.core.baseline import reference_output
+    from bisect_tui.core.tolerance import judge_arrays
+
     if not any(a.dtype.kind == "f" for a in inputs.arrays.values()):
         result = {"key": key, "skipped": "no floating-point input to perturb"}
         session.write_json("sensitivity.json", result)
         return result
-    sess = make_session(info.model, "disable")
-    names = [o.name for o in sess.get_outputs()]
-    runs = [dict(zip(names, sess.run(names, {n: np.asarray(a[k], order="C") for n, a in feeds_all.items()})))
-            for k in range(inputs.samples)]
+    if runs is None:
+        runs = perturbed_runs(info.model, inputs)
+    names = list(runs[0]) if runs else []
     outputs = {}
     for name in names:
         ref = reference_output(info, session, manifest, inputs, name)

@@ -170,6 +170,7 @@ class Triage:
         self._second_run = None  # checks.SecondRun started beside the baseline dump
         self._truth_source = None  # that run, after its digests, computing the arbiter's float64 truth
         self._fused_build = None  # (config, workdir, future): the engine under test, built beside the dump
+        self._sensitivity_runs = None  # (key, future): the 1-ulp run, made beside the dump
         self._torch = None  # frontends.torch.step.TorchPrepared
         self._engine = engine
 
@@ -284,6 +285,7 @@ class Triage:
         self.session.mark_step("baseline", "running")
         early = self._start_second_run_early()
         self._start_fused_build_early()
+        self._start_sensitivity_early()
         try:
             res = run_baseline(
                 self.info, self.session, self.inputs, self.shapes, self.max_memory,
@@ -360,6 +362,41 @@ class Triage:
         future = pool.submit(self.engine.build, self.session.model_path, config, (), workdir)
         pool.shutdown(wait=False)
         self._fused_build = (config, workdir, future)
+
+    def _sensitivity_key(self, baseline_key: str) -> str:
+        return stable_key("sensitivity/v1", baseline_key, self.opts.tolerance.to_dict())
+
+    def _start_sensitivity_early(self) -> None:
+        """The sensitivity check's 1-ulp run needs the model and inputs only: run it
+        in a thread beside the dump (ORT lets go of the GIL), for a model whose
+        activations are a small share of the memory budget."""
+        if (os.cpu_count() or 1) < 2 or not any(a.dtype.kind == "f" for a in self.inputs.arrays.values()):
+            return
+        from bisect_tui.core.baseline import baseline_key
+        from bisect_tui.core.runner import model_sizes
+
+        assert self.info and self.session and self.inputs
+        sizes, _ = model_sizes(self.info, self.shapes)
+        activations = sum(v or 0 for v in sizes.values()) * max(self.inputs.samples, 1)
+        if activations > self.max_memory // 8 or self.info.initializer_bytes * 4 > self.max_memory // 8:
+            return
+        key = self._sensitivity_key(baseline_key(self.info, self.inputs))
+        cached = self.session.read_json("sensitivity.json")
+        if cached and cached.get("key") == key:
+            return
+        from concurrent.futures import ThreadPoolExecutor
+
+        from bisect_tui.core.checks import perturbed_runs
+
+        pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sensitivity")
+        self._sensitivity_runs = (key, pool.submit(perturbed_runs, self.info.model, self.inputs))
+        pool.shutdown(wait=False)
+
+    def _take_sensitivity_runs(self, key: str):
+        early, self._sensitivity_runs = self._sensitivity_runs, None
+        if early is None or early[0] != key:
+            return None
+        return early[1].result()
 
     def _take_fused_build(self, config: EngineConfig, workdir: Path):
         """The early build of exactly this config (its engine errors raised here, as
@@ -505,9 +542,10 @@ class Triage:
         from bisect_tui.core.checks import check_sensitivity
 
         self.progress(Progress("fused", "sensitivity: baseline with inputs moved by 1 ulp"))
+        skey = self._sensitivity_key(self.baseline.manifest["key"])
         sensitivity = check_sensitivity(
-            self.info, self.session, self.inputs, self.baseline.manifest, self.opts.tolerance,
-            stable_key("sensitivity/v1", self.baseline.manifest["key"], self.opts.tolerance.to_dict()))
+            self.info, self.session, self.inputs, self.baseline.manifest, self.opts.tolerance, skey,
+            runs=self._take_sensitivity_runs(skey))
         result = {
             "key": key,
             "checked_at": now_iso(),
