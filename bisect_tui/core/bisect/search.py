@@ -136,6 +136,7 @@ class Bisector:
         self.judge = OutputJudge.for_triage(triage)
         self._seed_from_check = triage.fused
         self._prefetched: dict[str, "object"] = {}  # step key -> Future of [BuildResult] (prefetch)
+        self._maps: dict[str, tuple] = {}  # step key -> (fused nodes, optimized graph) read this run
         # isolation and attribution per culprit (findings.py), set by run.py: lets the
         # attribution's confirming build stand for "remaining fusions"
         self.findings = None
@@ -325,9 +326,11 @@ class Bisector:
             if job.workdir is not None and res.fused_nodes is not None:
                 from pathlib import Path as _P
 
-                fused_count = sum(1 for d in res.fused_nodes if FusedNode.from_dict(d).is_fused)
+                fused_objs = [FusedNode.from_dict(d) for d in res.fused_nodes]
+                fused_count = sum(1 for f in fused_objs if f.is_fused)
                 atomic.write_json(_P(job.workdir) / "fused_nodes.json", res.fused_nodes, compact=True)
                 optimized = res.optimized
+                self._maps[key] = (fused_objs, optimized)  # fused_map reads no file back this run
             self.builds += 1
             step = Step(
                 n=len(self.steps) + 1, kind=kind, region=region, enabled=ids,
@@ -396,9 +399,13 @@ class Bisector:
         step = self.evaluate(self._map_kind(config), None, config)
         workdir = self.engine_dir(config)
         path = workdir / "fused_nodes.json"
+        known = self._maps.get(step.key)
+        if known is not None and step.optimized == known[1] and self.trusted_file(step.optimized):
+            return known[0], step.optimized, step  # read once per run: the attribution and the rest proof ask again
         if step.optimized and path.exists() and self.trusted_file(step.optimized):
-            return ([FusedNode.from_dict(d) for d in safepath.read_json(workdir, "fused_nodes.json")],
-                    step.optimized, step)
+            fused = [FusedNode.from_dict(d) for d in safepath.read_json(workdir, "fused_nodes.json")]
+            self._maps[step.key] = (fused, step.optimized)
+            return fused, step.optimized, step
         if step.error_kind:
             return None, None, step
         # The verdict was recorded but its files are gone (deleted, or an older
