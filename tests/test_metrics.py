@@ -311,3 +311,42 @@ def test_core_imports_no_engine_or_ui():
         "assert not bad, bad\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_many_small_tensors_judged_together_match_one_at_a_time():
+    """tolerance.judge_many (metrics.compare_many, segment reductions over one
+    concatenation) gives each pair the verdict, ratio and figures of judge_arrays
+    alone, to rounding; pairs it does not take fall back and are exactly equal."""
+    from bisect_tui.core.metrics import compare_many
+    from bisect_tui.core.tolerance import PRESETS, Tolerance, judge_arrays, judge_many
+
+    rng = np.random.default_rng(7)
+    base = [rng.standard_normal((2, 8, 32)).astype(np.float32) for _ in range(6)]
+    pairs = [(b, b + rng.standard_normal(b.shape).astype(np.float32) * s)
+             for b, s in zip(base, (0.0, 1e-7, 1e-5, 1e-4, 3e-4, 1e-2))]
+    pairs += [
+        (np.zeros((4, 4), np.float32), np.zeros((4, 4), np.float32)),  # both zero: cosine 1
+        (np.zeros((3,), np.float32), np.ones((3,), np.float32)),  # zero reference
+        (np.full((5,), 1e-8, np.float32), np.full((5,), 2e-8, np.float32)),  # below the rel. floor
+        (-base[0], base[0]),  # opposite
+        (base[1].astype(np.float64), base[1].astype(np.float16).astype(np.float64)),
+        (np.array([1.0, np.nan], np.float32), np.array([1.0, np.nan], np.float32)),  # NaN: alone
+        (np.arange(6).reshape(2, 3), np.arange(6).reshape(2, 3)),  # integers: alone
+        (rng.standard_normal(70000).astype(np.float32),) * 2,  # large: alone
+        (np.full((3,), 1e200), np.full((3,), 1e200)),  # compare() rescales these: alone
+    ]
+    taken = compare_many(pairs, allclose=(1e-4, 1e-4))
+    assert [m is None for m in taken[-4:]] == [True] * 4 and all(m is not None for m in taken[:-4])
+    tols = [PRESETS[k].tolerance for k in ("fp32", "fp16", "int8", "article", "msprobe", "torch-fp32")]
+    tols += [Tolerance(max_rel=1e-3, rel_floor=1e-3, max_fail_share=0.01, atol=1e-5, rtol=1e-5)]
+    for tol in tols:
+        many = judge_many(pairs, tol)
+        for (r, t), (m, v) in zip(pairs, many):
+            m1, v1 = judge_arrays(r, t, tol, histograms=False)
+            assert v.passed == v1.passed, (tol.name, m1["max_abs"])
+            # rounding: identical tensors may give cosine 1 - 1e-16, a ratio of 1e-11 instead of 0
+            assert v.ratio == pytest.approx(v1.ratio, rel=1e-9, abs=1e-9)
+            for k in ("max_abs", "mean_abs", "rmse", "max_rel", "mean_rel", "rel_floor", "cosine", "snr_db",
+                      "within_0.1pct", "allclose_fail_count", "allclose_max_ratio", "numel", "nan_mismatch"):
+                if k in m1:
+                    assert m[k] == pytest.approx(m1[k], rel=1e-9, abs=1e-14), (tol.name, k)

@@ -509,3 +509,111 @@ def hist_counts(array: Any, bins: int, lo: float, hi: float) -> list[int]:
         c = arr[start : start + CHUNK].astype(np.float64)
         counts += np.histogram(c[np.isfinite(c)], bins=bins, range=(lo, hi))[0]
     return [int(x) for x in counts]
+
+
+# --------------------------------------------------------------------------- many small tensors at once
+
+MANY_MAX_ELEMENTS = 1 << 16  # a tensor above this is compared alone (the batch would copy it)
+
+
+def compare_many(
+    pairs: list[tuple[np.ndarray, np.ndarray]],
+    *,
+    rel_floor: float | None = None,
+    allclose: tuple[float, float] | None = None,
+) -> list[dict | None]:
+    """compare() (with histograms=False) for many small tensors in one pass.
+
+    The fused-graph probe compares thousands of tensors of a few hundred
+    elements; one call costs ~40 numpy calls whatever the size. Here every
+    pair is widened into one float64 concatenation and each figure is a
+    segment reduction (``reduceat``) over it: the same formulas, sums taken in
+    another order (last-digit differences), and no worst elements or
+    histograms. A pair it does not take (shapes that differ, not floating
+    point, empty or large, a NaN/Inf on either side, magnitudes that
+    compare() would rescale) gets None: compare it alone."""
+    out: list[dict | None] = [None] * len(pairs)
+    take = [i for i, (r, t) in enumerate(pairs)
+            if r.shape == t.shape and r.dtype.kind == "f" and t.dtype.kind == "f"
+            and 0 < r.size <= MANY_MAX_ELEMENTS]
+    if not take:
+        return out
+    with np.errstate(over="ignore", invalid="ignore"):  # the pairs that overflow are left out below
+        return _compare_many(pairs, take, out, rel_floor, allclose)
+
+
+def _compare_many(pairs, take, out, rel_floor, allclose):
+    sizes = np.array([pairs[i][0].size for i in take], dtype=np.int64)
+    starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+    r = np.concatenate([np.asarray(pairs[i][0], dtype=np.float64).reshape(-1) for i in take])
+    t = np.concatenate([np.asarray(pairs[i][1], dtype=np.float64).reshape(-1) for i in take])
+    finite = np.logical_and.reduceat(np.isfinite(r) & np.isfinite(t), starts)
+    r_abs = np.abs(r)
+    t_abs = np.abs(t)
+    amax = np.maximum(np.maximum.reduceat(r_abs, starts), np.maximum.reduceat(t_abs, starts))
+    # compare() rescales sums of squares outside (1e-150, 1e150): leave those to it
+    plain = finite & ((amax == 0.0) | ((amax > 1e-150) & (amax < 1e150)))
+    err = np.abs(t - r)
+    max_abs = np.maximum.reduceat(err, starts)
+    sum_err = np.add.reduceat(err, starts)
+    r_absmax = np.maximum.reduceat(r_abs, starts)
+    if rel_floor is None:
+        floors = np.maximum(1e-6, 1e-3 * r_absmax)
+    else:
+        floors = np.full(len(take), float(rel_floor))
+    floors = np.where(np.isfinite(floors), floors, _FMAX)
+    rel = err / np.maximum(r_abs, np.repeat(floors, sizes))
+    max_rel = np.maximum.reduceat(rel, starts)
+    sum_rel = np.add.reduceat(rel, starts)
+    within1 = np.add.reduceat((rel <= 1e-3).astype(np.int64), starts)
+    within5 = np.add.reduceat((rel <= 5e-3).astype(np.int64), starts)
+    sum_r2 = np.add.reduceat(r * r, starts)
+    sum_t2 = np.add.reduceat(t * t, starts)
+    sum_rt = np.add.reduceat(r * t, starts)
+    sum_e2 = np.add.reduceat(err * err, starts)
+    if allclose is not None:
+        atol, rtol = allclose
+        thr = r_abs * rtol
+        thr += atol
+        ac_fail = np.add.reduceat((err > thr).astype(np.int64), starts)
+        ac_excess = np.maximum.reduceat(err - thr, starts)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            q = err / thr
+        q[np.isnan(q)] = 0.0
+        ac_ratio = np.maximum(np.maximum.reduceat(q, starts), 0.0)
+    for j, i in enumerate(take):
+        if not plain[j]:
+            continue
+        n = int(sizes[j])
+        r2, t2, rt, e2 = float(sum_r2[j]), float(sum_t2[j]), float(sum_rt[j]), float(sum_e2[j])
+        if r2 == 0.0 and t2 == 0.0:
+            cosine = 1.0
+        elif r2 == 0.0 or t2 == 0.0:
+            cosine = 0.0
+        else:
+            cosine = min(1.0, max(-1.0, rt / math.sqrt(r2) / math.sqrt(t2)))
+        if e2 == 0.0:
+            snr = math.inf
+        elif r2 == 0.0:
+            snr = -math.inf
+        else:
+            ratio = r2 / e2
+            snr = 10.0 * math.log10(ratio) if ratio > 0 else -math.inf
+        ref, tst = pairs[i]
+        m = {
+            "shape": [int(d) for d in ref.shape], "ref_dtype": str(ref.dtype), "test_dtype": str(tst.dtype),
+            "numel": n, "n_compared": n,
+            "max_abs": float(max_abs[j]), "mean_abs": float(sum_err[j]) / n, "rmse": math.sqrt(e2 / n),
+            "max_rel": float(max_rel[j]), "mean_rel": float(sum_rel[j]) / n, "rel_floor": float(floors[j]),
+            "cosine": float(cosine), "within_0.1pct": int(within1[j]) / n, "within_0.5pct": int(within5[j]) / n,
+            "snr_db": float(snr),
+            "nan_ref": 0, "inf_ref": 0, "nan_test": 0, "inf_test": 0, "nan_mismatch": 0, "inf_mismatch": 0,
+            "worst": [], "error_hist": _hist_dict(None, 0.0, 0.0, 1), "ref_hist": _hist_dict(None, 0.0, 0.0, 1),
+            "test_hist": _hist_dict(None, 0.0, 0.0, 1),
+        }
+        if allclose is not None:
+            m.update(allclose_atol=float(allclose[0]), allclose_rtol=float(allclose[1]),
+                     allclose_fail_count=int(ac_fail[j]), allclose_fail_share=int(ac_fail[j]) / n,
+                     allclose_worst_excess=float(ac_excess[j]), allclose_max_ratio=float(ac_ratio[j]))
+        out[i] = m
+    return out

@@ -563,3 +563,26 @@ def worst_ratio(metrics: dict, tol: Tolerance) -> float:
     Needs the allclose_* fields (judge_arrays) when atol/rtol is set.
     """
     return judge(metrics, tol).ratio
+
+
+def judge_many(pairs: list[tuple[Any, Any]], tol: Tolerance) -> list[tuple[dict, Verdict]]:
+    """judge_arrays(ref, test, tol, histograms=False) for each pair, the small ones
+    compared together (metrics.compare_many: the same figures, sums in another
+    order); a tolerance with a top-k criterion, or a pair compare_many does not
+    take, goes through judge_arrays alone."""
+    import numpy as np
+
+    from bisect_tui.core.metrics import compare_many
+
+    arrays = [(np.asarray(r), np.asarray(t)) for r, t in pairs]
+    many: list = [None] * len(arrays)
+    if tol.k is None:
+        allclose = ((tol.atol or 0.0), (tol.rtol or 0.0)) if tol.checks_allclose else None
+        many = compare_many(arrays, rel_floor=tol.rel_floor, allclose=allclose)
+    out = []
+    for (r, t), m in zip(arrays, many):
+        if m is None:
+            out.append(judge_arrays(r, t, tol, histograms=False))
+        else:
+            out.append((m, judge(m, tol)))
+    return out
