@@ -277,13 +277,15 @@ class Bisector:
 
     def prefetch(self, cand: "Candidate") -> None:
         """Start a build the search will certainly ask for next, in a thread beside
-        the work before it (an engine with Capabilities.concurrent_builds, one
-        worker: with several, rounds spread builds already). evaluate_many takes
+        the work before it (an engine with Capabilities.concurrent_builds, and
+        --fanout 1, whose rounds are one build each: with more, the rounds spread
+        builds over the workers already; not on Ray). evaluate_many takes
         its result when the candidate comes, so the steps, their order and the
         build count are those of the plain search; a prefetch nobody takes (the
         search cancelled or failed first) is closed and not counted."""
         caps = getattr(self.engine, "capabilities", None)
-        if not getattr(caps, "concurrent_builds", False) or getattr(self.pool, "kind", None) != "serial":
+        if (not getattr(caps, "concurrent_builds", False) or self.fanout != 1
+                or getattr(self.pool, "kind", None) not in ("serial", "processes")):
             return
         plan = self._plan(cand)
         key = plan[3]
