@@ -194,3 +194,44 @@ def test_blocked_build_made_during_the_subgraph_check_changes_nothing(samples, t
     assert where["blocked"] == threading.main_thread().name
     shape = lambda r: [(s["kind"], s["passed"], s["ratio"], s["builds"], s["cached"]) for s in r["steps"]]  # noqa: E731
     assert shape(with_pf) == shape(plain) and with_pf["engine_builds"] == plain["engine_builds"] == 2
+
+
+@pytest.mark.parametrize("case", ["deep_stack", "branchy"])
+def test_downstream_run_equals_running_every_other_node(samples, cases, tmp_path, case):
+    """The subgraph check runs only the nodes downstream of the suspect, upstream
+    tensors fed from the baseline: bit for bit what running every other node of the
+    model gives, and the outputs it leaves out are the baseline's exactly."""
+    from bisect_tui.core.baseline import load_tensor, reference_output
+    from bisect_tui.core.reference import OrtUnfusedReference
+
+    t = gelu_triage(samples / f"{case}.onnx", tmp_path / "s")
+    bis = Bisector(t)
+    units, _ = bis.units_at(t.opts.config.level)
+    u = next(x for x in units if culprit_matches(x.original_nodes, cases[case]["expected_culprits"][0]))
+    types = value_types(t)
+    down = downstream_model(t.info.model, u, types, t.info.index.order)
+    others = [n for n in t.info.model.graph.node if n.name not in set(u.original_nodes)]
+    assert 0 < len(down.graph.node) < len(others)
+    every = onnx.ModelProto()
+    every.CopyFrom(t.info.model)
+    del every.graph.node[:]
+    every.graph.node.extend(others)
+    for o in u.outputs:
+        dtype, shape = types[o]
+        every.graph.input.append(helper.make_tensor_value_info(o, helper.np_dtype_to_tensor_dtype(np.dtype(dtype)),
+                                                               shape))
+    base = {n: np.asarray(load_tensor(t.session, t.baseline.manifest, n)) for n in
+            [i.name for i in down.graph.input] if n not in t.inputs.arrays}
+    moved = {o: base[o][0] * np.float32(1.001) for o in u.outputs}  # the suspect's values, changed
+    feeds = {**t.inputs.feeds(0), **moved}
+    upstream = {n: a[0] for n, a in base.items() if n not in moved}
+    outs = list(t.info.outputs)
+    new = OrtUnfusedReference(down).run({**feeds, **upstream}, [o.name for o in down.graph.output])
+    old = OrtUnfusedReference(every).run(feeds, outs)
+    assert new and set(new) <= set(outs)
+    for name in outs:
+        if name in new:
+            np.testing.assert_array_equal(new[name], old[name])
+        else:
+            np.testing.assert_array_equal(old[name], reference_output(t.info, t.session, t.baseline.manifest,
+                                                                       t.inputs, name)[0])

@@ -34,25 +34,52 @@ from bisect_tui.core import atomic
 from bisect_tui.core.baseline import load_tensor
 from bisect_tui.core.bisect.isolate import extract_subgraph, value_types
 from bisect_tui.core.bisect.units import Unit
+from bisect_tui.core.graph import node_inputs
 from bisect_tui.core.errors import EngineBuildError, EnvironmentFault, UserError
 
 
 def downstream_model(model: onnx.ModelProto, unit: Unit,
-                     types: dict[str, tuple[str, list[int]]]) -> onnx.ModelProto:
-    """The model without the suspect's nodes, its output tensors fed in as
-    graph inputs: run unfused, it carries the suspect's values to the outputs."""
+                     types: dict[str, tuple[str, list[int]]],
+                     order: Optional[dict[str, int]] = None) -> onnx.ModelProto:
+    """The nodes downstream of the suspect only (those that read one of its
+    outputs, directly or through each other), with the suspect's outputs and
+    every tensor they read from upstream fed in as graph inputs. Run unfused it
+    carries the suspect's values to the outputs; upstream tensors take the
+    baseline's values, which is what upstream computes in the build it stands
+    for (every other fusion blocked) and what running it again gave (the
+    baseline is deterministic) at the cost of a session of the whole model."""
     region = set(unit.original_nodes)
-    feeds = [t for t in unit.outputs if t not in {i.name for i in model.graph.input}]
+    graph_inputs = {i.name for i in model.graph.input}
+    feeds = [t for t in unit.outputs if t not in graph_inputs]
+    nodes = list(model.graph.node)
+    if order is not None:
+        nodes.sort(key=lambda n: order.get(n.name, 1 << 30))
+    tainted = set(unit.outputs)
+    kept = []
+    for n in nodes:
+        if n.name in region:
+            continue
+        if any(i in tainted for i in node_inputs(n)):
+            kept.append(n)
+            tainted.update(o for o in n.output if o)
+    produced = {o for n in kept for o in n.output if o}
+    inits = {i.name for i in model.graph.initializer}
+    upstream = list(dict.fromkeys(
+        i for n in kept for i in node_inputs(n)
+        if i not in produced and i not in inits and i not in graph_inputs and i not in feeds))
     m = onnx.ModelProto()
     m.CopyFrom(model)
     g = m.graph
-    kept = [n for n in g.node if n.name not in region]
     del g.node[:]
     g.node.extend(kept)
-    vis = [v for v in g.value_info if v.name not in set(feeds)]
+    fed = set(feeds) | set(upstream)
+    vis = [v for v in g.value_info if v.name not in fed]
     del g.value_info[:]
     g.value_info.extend(vis)
-    for t in feeds:
+    outs = [o for o in g.output if o.name in produced]
+    del g.output[:]
+    g.output.extend(outs)
+    for t in feeds + upstream:
         dtype, shape = types[t]
         g.input.append(helper.make_tensor_value_info(t, helper.np_dtype_to_tensor_dtype(np.dtype(dtype)), shape))
     return m
@@ -114,16 +141,34 @@ def suspect_on_subgraph(bis, unit: Unit, config, out_dir: Path) -> Optional[dict
         built.close()
     from bisect_tui.core.reference import OrtUnfusedReference
 
-    rest = OrtUnfusedReference(downstream_model(t.info.model, unit, types))
+    try:
+        down = downstream_model(t.info.model, unit, types, t.info.index.order)
+    except KeyError:
+        return None  # an upstream tensor of unknown type (not in the baseline)
+    rest = OrtUnfusedReference(down) if len(down.graph.node) else None
+    own = set(unit.outputs) | {i.name for i in t.info.model.graph.input}
+    upstream = [i.name for i in down.graph.input if i.name not in own]
     names = list(t.info.outputs)
+    computed = [o.name for o in down.graph.output]
+    from bisect_tui.core.baseline import reference_output
+
+    try:
+        up = {i: baseline(i) for i in upstream}
+        unchanged = {n: reference_output(t.info, t.session, t.baseline.manifest, t.inputs, n)
+                     for n in names if n not in computed and n not in unit.outputs}
+    except KeyError:
+        return None
     per_sample = []
     for k in range(t.inputs.samples):
         t.cancel.check()
-        feeds = {**t.inputs.feeds(k), **{o: np.asarray(region_out[k][o]) for o in unit.outputs}}
-        outs = rest.run(feeds, names)
+        feeds = {**t.inputs.feeds(k), **{o: np.asarray(region_out[k][o]) for o in unit.outputs},
+                 **{i: np.ascontiguousarray(a[k]) for i, a in up.items()}}
+        outs = rest.run(feeds, computed) if rest is not None and computed else {}
         for name in names:
             if name not in outs and name in feeds:
                 outs[name] = feeds[name]  # a model output the suspect itself produces
+            elif name not in outs and name in unchanged:
+                outs[name] = np.asarray(unchanged[name][k])  # not downstream of the suspect: the baseline's
         per_sample.append({n: outs[n] for n in names})
     return {"judgement": bis.judge.judge(per_sample), "seconds": time.perf_counter() - t0,
             "fused_node": unit.fused_node}
