@@ -105,18 +105,27 @@ def test_engine_built_beside_the_dump_gives_the_same_check(samples, tmp_path, mo
     early = check("early")
     assert where[0].startswith("fused-build") and early.fused["passed"] is False
     monkeypatch.setattr(Triage, "_start_fused_build_early", lambda self: None)
-    made_early = []
-    real_take = Triage._take_sensitivity_runs
-    monkeypatch.setattr(Triage, "_take_sensitivity_runs",
-                        lambda self, key: made_early.append(self._sensitivity_runs is not None) or real_take(self, key))
     where.clear()
     after = check("after")
     assert where[0] == threading.main_thread().name
     assert early.fused["outputs"] == after.fused["outputs"]
     assert early.fused["fused_nodes"] == after.fused["fused_nodes"]
-    # the sensitivity check's 1-ulp run, made beside the dump or after it: the same figures
+    # the sensitivity check's 1-ulp run: in the dump's own last session (both runs
+    # above), in a thread beside what follows, or in the check itself: the same figures
+    from bisect_tui.core import checks
+
+    real_runs = checks.perturbed_runs
+    how = []
+
+    def no_session(model, inputs, session=None, outputs=None):
+        how.append("dump's session" if session is not None else threading.current_thread().name)
+        return None if session is not None else real_runs(model, inputs)
+
+    monkeypatch.setattr(checks, "perturbed_runs", no_session)
+    thread = check("thread")
     monkeypatch.setattr(Triage, "_start_sensitivity_early", lambda self: None)
     late = check("late")
-    assert made_early == [True, False]
+    assert how[0] == "dump's session" and how[1].startswith("sensitivity")
+    assert how[2] == "dump's session" and how[3] == threading.main_thread().name
     assert early.fused["sensitivity"]["outputs"] == after.fused["sensitivity"]["outputs"] \
-        == late.fused["sensitivity"]["outputs"]
+        == thread.fused["sensitivity"]["outputs"] == late.fused["sensitivity"]["outputs"]

@@ -449,8 +449,11 @@ def run_baseline(
     max_memory: int,
     cancel: Optional[CancelToken] = None,
     progress: ProgressFn = no_progress,
+    last_session=None,
 ) -> BaselineResult:
-    """Dump every intermediate tensor; reuse a valid earlier dump (or its finished part)."""
+    """Dump every intermediate tensor; reuse a valid earlier dump (or its finished part).
+
+    `last_session`: given the dump's last ORT session before it goes (runner.run_groups)."""
     t0 = time.perf_counter()
     key = baseline_key(info, inputs)
     outdir = session.baseline_dir
@@ -537,7 +540,8 @@ def run_baseline(
     progress(Progress("baseline", f"{len(tensors)} tensors in {len(groups)} group(s)", len(done), len(tensors)))
     try:
         run_groups(
-            info.model, groups, inputs, sink, types, cancel, relay, "baseline", write_partial
+            info.model, groups, inputs, sink, types, cancel, relay, "baseline", write_partial,
+            last_session=last_session,
         )
     finally:
         sink.abort()

@@ -431,14 +431,21 @@ def check_ranges(
     return result
 
 
-def perturbed_runs(model, inputs: InputSet) -> Optional[list[dict[str, np.ndarray]]]:
+def perturbed_runs(model, inputs: InputSet, session=None,
+                   outputs: Optional[list[str]] = None) -> Optional[list[dict[str, np.ndarray]]]:
     """The unfused FP32 outputs, per sample, with every float input moved by one ulp
     in a random (seeded) direction; None when no input is floating point. Needs
-    the model and inputs only, so it may run beside the baseline dump."""
+    the model and inputs only, so it may run beside the baseline dump, or in the
+    dump's own last session (`session`, which marks more tensors: the same kernels
+    at ORT_DISABLE_ALL) for the graph `outputs`; None when that session lacks one."""
     from bisect_tui.core.runner import make_session
 
     if not any(a.dtype.kind == "f" for a in inputs.arrays.values()):
         return None
+    if session is not None:
+        have = {o.name for o in session.get_outputs()}
+        if not outputs or any(o not in have for o in outputs):
+            return None
     rng = np.random.default_rng(12345)
     feeds_all = {}
     for name, arr in inputs.arrays.items():
@@ -447,8 +454,8 @@ def perturbed_runs(model, inputs: InputSet) -> Optional[list[dict[str, np.ndarra
             feeds_all[name] = np.nextafter(arr, toward)
         else:
             feeds_all[name] = arr
-    sess = make_session(model, "disable")
-    names = [o.name for o in sess.get_outputs()]
+    sess = session if session is not None else make_session(model, "disable")
+    names = list(outputs) if session is not None else [o.name for o in sess.get_outputs()]
     return [dict(zip(names, sess.run(names, {n: np.asarray(a[k], order="C") for n, a in feeds_all.items()})))
             for k in range(inputs.samples)]
 

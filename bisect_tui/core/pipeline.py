@@ -285,11 +285,18 @@ class Triage:
         self.session.mark_step("baseline", "running")
         early = self._start_second_run_early()
         self._start_fused_build_early()
-        self._start_sensitivity_early()
+        made: list = []
+
+        def perturbed(sess) -> None:
+            # the sensitivity check's 1-ulp run in the dump's own session: no session of its own
+            from bisect_tui.core.checks import perturbed_runs
+
+            made.append(perturbed_runs(self.info.model, self.inputs, sess, list(self.info.outputs)))
+
         try:
             res = run_baseline(
                 self.info, self.session, self.inputs, self.shapes, self.max_memory,
-                self.cancel, self.progress,
+                self.cancel, self.progress, last_session=perturbed,
             )
         except BaseException:
             if early is not None:
@@ -298,6 +305,14 @@ class Triage:
             raise
         self._second_run = early
         self.baseline = res
+        if made and made[0] is not None:
+            from concurrent.futures import Future
+
+            done: Future = Future()
+            done.set_result(made[0])
+            self._sensitivity_runs = (self._sensitivity_key(res.manifest["key"]), done)
+        else:  # a reused dump (no session), or outputs the dump does not hold: beside what comes next
+            self._start_sensitivity_early()
         self.session.mark_step(
             "baseline", "passed", tensors=len(res.manifest["tensors"]), reused=res.reused,
             bytes=res.manifest["bytes"], recomputed=len(res.recomputed),

@@ -12,7 +12,7 @@ from __future__ import annotations
 import gc
 import math
 from dataclasses import dataclass
-from typing import Callable, Iterable, Optional, Protocol
+from typing import Any, Callable, Iterable, Optional, Protocol
 
 import numpy as np
 import onnx
@@ -257,8 +257,12 @@ def run_groups(
     progress: ProgressFn = no_progress,
     stage: str = "baseline",
     on_group_done: Optional[Callable[[int, list[str]], None]] = None,
+    last_session: Optional[Callable[[Any], None]] = None,
 ) -> GroupRun:
-    """Run each group in a fresh ORT_DISABLE_ALL session and stream arrays to `sink`."""
+    """Run each group in a fresh ORT_DISABLE_ALL session and stream arrays to `sink`.
+
+    `last_session`: called with the last group's session before it goes (another
+    run on the same unfused model, without a session of its own)."""
     cancel = cancel or CancelToken()
     total = sum(len(g) for g in groups)
     done = 0
@@ -291,6 +295,8 @@ def run_groups(
         end_group = getattr(sink, "end_group", None)  # a sink that writes per group (baseline packs)
         if end_group is not None:
             end_group()
+        if last_session is not None and gi == len(groups) - 1:
+            last_session(sess)
         del sess, marked
         if held >= RELEASE_AFTER_BYTES:  # a full collection costs 40 ms on a 5,000-node model
             release_memory()
