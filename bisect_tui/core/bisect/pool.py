@@ -88,6 +88,8 @@ class BuildResult:
     seconds: float = 0.0
     worker: str = "main"  # "main" (this process), "w<pid>" (a worker process) or a Ray actor's name
     files: dict = field(default_factory=dict)  # Ray: optimized-graph files built away from the session
+    # the map's FusedNode objects, for a build made in this process (never sent between processes)
+    fused_objs: Optional[list] = None
 
 
 def build_and_run(engine, model_path: str, feeds: Sequence[dict], job: BuildJob, worker: str = "main",
@@ -116,7 +118,10 @@ def build_and_run(engine, model_path: str, feeds: Sequence[dict], job: BuildJob,
             res.unblocked = [f.name for f in built.fusions_across(job.marks)]
         if workdir is not None:
             try:  # the map is informative; never fail a step on it
-                res.fused_nodes = [f.to_dict() for f in built.fused_nodes]
+                objs = list(built.fused_nodes)
+                res.fused_nodes = [f.to_dict() for f in objs]
+                if worker == "main":
+                    res.fused_objs = objs
                 res.optimized = str(built.optimized_model_path)
             except Exception:  # noqa: BLE001
                 res.fused_nodes = None

@@ -137,6 +137,7 @@ class Bisector:
         self._seed_from_check = triage.fused
         self._prefetched: dict[str, "object"] = {}  # step key -> Future of [BuildResult] (prefetch)
         self._maps: dict[str, tuple] = {}  # step key -> (fused nodes, optimized graph) read this run
+        self._units: dict[str, tuple] = {}  # step key -> (that map, its units)
         # isolation and attribution per culprit (findings.py), set by run.py: lets the
         # attribution's confirming build stand for "remaining fusions"
         self.findings = None
@@ -328,7 +329,7 @@ class Bisector:
             if job.workdir is not None and res.fused_nodes is not None:
                 from pathlib import Path as _P
 
-                fused_objs = [FusedNode.from_dict(d) for d in res.fused_nodes]
+                fused_objs = res.fused_objs or [FusedNode.from_dict(d) for d in res.fused_nodes]
                 fused_count = sum(1 for f in fused_objs if f.is_fused)
                 atomic.write_json(_P(job.workdir) / "fused_nodes.json", res.fused_nodes, compact=True)
                 optimized = res.optimized
@@ -440,7 +441,10 @@ class Bisector:
         fused, opt, step = self.fused_map(self.config.with_level(level))
         if fused is None:
             raise RuntimeError(f"the {level} engine could not be built: {step.summary}")
-        return build_units(fused, self.t.info.index), opt
+        known = self._units.get(step.key)
+        if known is None or known[0] is not fused:  # the same map: the same units (asked twice a search)
+            known = self._units[step.key] = (fused, build_units(fused, self.t.info.index))
+        return list(known[1]), opt
 
     def prefix_search(self, cands: list[Unit], held: list[Unit], fixed: list[Unit]) -> Optional[int]:
         """Smallest k with fixed + cands[:k+1] failing (cands[:] known to fail with fixed).
