@@ -548,14 +548,17 @@ class Bisector:
             self.prefetch(blocked_cand)
             confirmed = self._suspect_at_user_level(probe_fn)
         first = [blocked_cand]
+        spec = []
+        if confirmed is not None and self.findings is not None:
+            # the suspect's isolation and the group test of its pass, on subgraphs only:
+            # made now, while the blocked build (prefetched) runs, instead of after it
+            spec = self.findings.speculative_configs([confirmed], self.config, self.findings.first_index)
         if confirmed is not None and self.fanout > 1:
             # speculative, in the same round (the strategy's, so any number of workers
             # makes the same builds): what the search asks next when the blocked build
             # passes. The suspect's attribution builds (its pass disabled), which also
             # stand for the other fusions (findings.py); else the other fusions with
             # the suspect held.
-            spec = self.findings.speculative_configs([confirmed], self.config, self.findings.first_index) \
-                if self.findings is not None else []
             if spec:
                 first += [Candidate(self._map_kind(c), None, c) for c in spec]
             else:
