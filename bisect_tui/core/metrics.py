@@ -338,20 +338,7 @@ def _compare_impl(
                 test_counts += np.histogram(tc, bins=hist_bins, range=(v_lo, v_hi))[0]
 
     if n:
-        zero_r, zero_t = sum_r2 == 0.0, sum_t2 == 0.0
-        if zero_r and zero_t:
-            cosine = 1.0
-        elif zero_r or zero_t:
-            cosine = 0.0
-        else:
-            cosine = min(1.0, max(-1.0, sum_rt / math.sqrt(sum_r2) / math.sqrt(sum_t2)))
-        if sum_e2 == 0.0:
-            snr = math.inf
-        elif sum_r2 == 0.0:
-            snr = -math.inf
-        else:
-            ratio = sum_r2 / sum_e2
-            snr = 10.0 * math.log10(ratio) if ratio > 0 else -math.inf
+        cosine, snr = _cosine_snr(sum_r2, sum_t2, sum_rt, sum_e2)
         out.update(
             max_abs=float(err_max),
             mean_abs=sum_err / n,
@@ -405,6 +392,25 @@ def _compare_impl(
             allclose_max_ratio=float(ac_ratio) if n else _NAN,
         )
     return out
+
+
+def _cosine_snr(sum_r2: float, sum_t2: float, sum_rt: float, sum_e2: float) -> tuple[float, float]:
+    """Cosine and SNR (dB) from the sums of r*r, t*t, r*t and (t-r)^2 (compare and compare_many)."""
+    zero_r, zero_t = sum_r2 == 0.0, sum_t2 == 0.0
+    if zero_r and zero_t:
+        cosine = 1.0
+    elif zero_r or zero_t:
+        cosine = 0.0
+    else:
+        cosine = min(1.0, max(-1.0, sum_rt / math.sqrt(sum_r2) / math.sqrt(sum_t2)))
+    if sum_e2 == 0.0:
+        snr = math.inf
+    elif sum_r2 == 0.0:
+        snr = -math.inf
+    else:
+        ratio = sum_r2 / sum_e2
+        snr = 10.0 * math.log10(ratio) if ratio > 0 else -math.inf
+    return cosine, snr
 
 
 def _topk_agreement(
@@ -585,20 +591,8 @@ def _compare_many(pairs, take, out, rel_floor, allclose):
         if not plain[j]:
             continue
         n = int(sizes[j])
-        r2, t2, rt, e2 = float(sum_r2[j]), float(sum_t2[j]), float(sum_rt[j]), float(sum_e2[j])
-        if r2 == 0.0 and t2 == 0.0:
-            cosine = 1.0
-        elif r2 == 0.0 or t2 == 0.0:
-            cosine = 0.0
-        else:
-            cosine = min(1.0, max(-1.0, rt / math.sqrt(r2) / math.sqrt(t2)))
-        if e2 == 0.0:
-            snr = math.inf
-        elif r2 == 0.0:
-            snr = -math.inf
-        else:
-            ratio = r2 / e2
-            snr = 10.0 * math.log10(ratio) if ratio > 0 else -math.inf
+        e2 = float(sum_e2[j])
+        cosine, snr = _cosine_snr(float(sum_r2[j]), float(sum_t2[j]), float(sum_rt[j]), e2)
         ref, tst = pairs[i]
         m = {
             "shape": [int(d) for d in ref.shape], "ref_dtype": str(ref.dtype), "test_dtype": str(tst.dtype),
