@@ -306,11 +306,9 @@ class Triage:
         self._second_run = early
         self.baseline = res
         if made and made[0] is not None:
-            from concurrent.futures import Future
+            from bisect_tui.core import background
 
-            done: Future = Future()
-            done.set_result(made[0])
-            self._sensitivity_runs = (self._sensitivity_key(res.manifest["key"]), done)
+            self._sensitivity_runs = (self._sensitivity_key(res.manifest["key"]), background.done(made[0]))
         else:  # a reused dump (no session), or outputs the dump does not hold: beside what comes next
             self._start_sensitivity_early()
         self.session.mark_step(
@@ -369,13 +367,11 @@ class Triage:
         cached = self.session.read_json("check.json")
         if cached and cached.get("key") == self._fused_key(baseline_key(self.info, self.inputs), config):
             return
-        from concurrent.futures import ThreadPoolExecutor
+        from bisect_tui.core import background
 
         workdir = self.engine_dir(config)
         workdir.mkdir(parents=True, exist_ok=True)
-        pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="fused-build")
-        future = pool.submit(self.engine.build, self.session.model_path, config, (), workdir)
-        pool.shutdown(wait=False)
+        future = background.start(self.engine.build, self.session.model_path, config, (), workdir, name="fused-build")
         self._fused_build = (config, workdir, future)
 
     def _sensitivity_key(self, baseline_key: str) -> str:
@@ -399,13 +395,11 @@ class Triage:
         cached = self.session.read_json("sensitivity.json")
         if cached and cached.get("key") == key:
             return
-        from concurrent.futures import ThreadPoolExecutor
-
+        from bisect_tui.core import background
         from bisect_tui.core.checks import perturbed_runs
 
-        pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sensitivity")
-        self._sensitivity_runs = (key, pool.submit(perturbed_runs, self.info.model, self.inputs))
-        pool.shutdown(wait=False)
+        self._sensitivity_runs = (key, background.start(perturbed_runs, self.info.model, self.inputs,
+                                                        name="sensitivity"))
 
     def _take_sensitivity_runs(self, key: str):
         early, self._sensitivity_runs = self._sensitivity_runs, None

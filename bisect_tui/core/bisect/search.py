@@ -292,11 +292,9 @@ class Bisector:
         key = plan[3]
         if key in self._prefetched or key in self._cache or any(st.key == key for st in self.steps):
             return
-        from concurrent.futures import ThreadPoolExecutor
+        from bisect_tui.core import background
 
-        pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="prefetch-build")
-        self._prefetched[key] = pool.submit(self.pool.run, [self._job(plan)])
-        pool.shutdown(wait=False)
+        self._prefetched[key] = background.start(self.pool.run, [self._job(plan)], name="prefetch-build")
 
     def _build_round(self, plans: list, todo: list[int], out: list) -> None:
         jobs = [self._job(plans[i]) for i in todo]
