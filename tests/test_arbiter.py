@@ -138,18 +138,18 @@ def test_the_second_process_computes_the_same_truth(samples, tmp_path, monkeypat
 
     fallbacks = []
 
+    def failing(sabotage):
+        def truth(self):
+            sabotage(self)
+            got = real_truth(self)
+            fallbacks.append(got)
+            return got
+        return truth
+
     def died_first(self):  # the process gone before its truth line: nothing more to read
         self.proc.kill()
         self.proc.wait()
         self._next_message = lambda: None
-        got = real_truth(self)
-        fallbacks.append(got)
-        return got
-
-    monkeypatch.setattr(checks.SecondRun, "truth", died_first)
-    dead = run(samples, tmp_path / "dead", parse_tolerance("fp32"), GELU)
-    assert fallbacks == [None]
-    assert dead.arbiter["available"] and dead.arbiter["outputs"] == here.arbiter["outputs"]
 
     def file_gone(self):  # the line came, its file did not survive
         msg = self._next_message()
@@ -157,10 +157,11 @@ def test_the_second_process_computes_the_same_truth(samples, tmp_path, monkeypat
             msg = self._next_message()
         Path(self.truth_path).unlink()
         self._next_message = lambda: msg
-        got = real_truth(self)
-        fallbacks.append(got)
-        return got
 
-    monkeypatch.setattr(checks.SecondRun, "truth", file_gone)
+    monkeypatch.setattr(checks.SecondRun, "truth", failing(died_first))
+    dead = run(samples, tmp_path / "dead", parse_tolerance("fp32"), GELU)
+    assert fallbacks == [None]
+    assert dead.arbiter["available"] and dead.arbiter["outputs"] == here.arbiter["outputs"]
+    monkeypatch.setattr(checks.SecondRun, "truth", failing(file_gone))
     gone = run(samples, tmp_path / "gone", parse_tolerance("fp32"), GELU)
     assert fallbacks == [None, None] and gone.arbiter["outputs"] == here.arbiter["outputs"]
