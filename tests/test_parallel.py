@@ -70,13 +70,19 @@ def test_fanout_one_is_the_binary_search(samples, cases, tmp_path):
     assert not any(s.get("round_size") for s in a["steps"] if s["kind"] == "bisect")
 
 
-def test_cli_workers_and_fanout_flags(samples, cases, tmp_path, capsys):
+def _cli_bisect_deep_stack(samples, tmp_path, *flags) -> dict:
+    """`bisect-tui bisect` on deep_stack (Gelu approximation, no probe, fanout 2) with
+    `flags`: its JSON result's bisect part, after checking the failing exit code."""
     out = tmp_path / "r.json"
     code = main(["bisect", str(samples / "deep_stack.onnx"), "--session", str(tmp_path / "s"),
-                 "--ort-config", "optimization.enable_gelu_approximation=1", "--workers", "2",
+                 "--ort-config", "optimization.enable_gelu_approximation=1", *flags,
                  "--fanout", "2", "--no-probe", "--json", str(out), "-q"])
     assert code == 1
-    res = json.loads(out.read_text())["bisect"]
+    return json.loads(out.read_text())["bisect"]
+
+
+def test_cli_workers_and_fanout_flags(samples, cases, tmp_path, capsys):
+    res = _cli_bisect_deep_stack(samples, tmp_path, "--workers", "2")
     assert res["parallel"] == {"workers": 2, "fanout": 2, "pool": "processes"}
     assert res["verdict"] == "culprits" and len(res["culprits"]) == 1
     assert culprit_matches(res["culprits"][0]["original_nodes"], cases["deep_stack"]["expected_culprits"][0])
@@ -187,12 +193,7 @@ def test_devices_give_each_worker_its_own_accelerator(samples, cases, tmp_path, 
     CPU ORT ignores the variable, so the same culprit comes out here; the
     worker's name carries its device and the worker process really saw it."""
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
-    out = tmp_path / "r.json"
-    code = main(["bisect", str(samples / "deep_stack.onnx"), "--session", str(tmp_path / "s"),
-                 "--ort-config", "optimization.enable_gelu_approximation=1", "--devices", "3,5",
-                 "--fanout", "2", "--no-probe", "--json", str(out), "-q"])
-    assert code == 1
-    res = json.loads(out.read_text())["bisect"]
+    res = _cli_bisect_deep_stack(samples, tmp_path, "--devices", "3,5")
     assert res["parallel"]["workers"] == 2 and res["parallel"]["devices"] == ["3", "5"]
     assert culprit_matches(res["culprits"][0]["original_nodes"], cases["deep_stack"]["expected_culprits"][0])
     workers = {s.get("worker") for s in res["steps"] if not s["cached"] and s.get("worker")}

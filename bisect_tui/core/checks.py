@@ -226,8 +226,6 @@ class SecondRun:
         """(arrays by output name, what computed them, why the first evaluator did not)
         from the child; None when it gave none (it died: the caller computes it).
         A model with no float64 truth raises the child's one-line UserError."""
-        import atexit
-
         if not self.truth_pending:
             return None
         msg = None
@@ -246,11 +244,7 @@ class SecondRun:
                 except (OSError, ValueError, KeyError):
                     msg = None  # the file did not survive (a sweep, a full disk): computed here
         finally:
-            self._done = True
-            atexit.unregister(self.abort)
-            if self.proc.poll() is None and msg is None:
-                self.proc.kill()
-            self._finish()
+            self._end(kill=msg is None)
         self.cancel.check()
         if msg is None:
             return None
@@ -260,15 +254,19 @@ class SecondRun:
 
     def abort(self) -> None:
         """Not needed after all (or the run around it failed): stop the child."""
-        if self._done:
-            return
-        self._done = True
+        if not self._done:
+            self._end(kill=True)
+
+    def _end(self, kill: bool) -> str:
+        """Done with the child: stopped first when `kill` (it still owes something
+        nobody will read), then reaped; its stderr."""
         import atexit
 
+        self._done = True
         atexit.unregister(self.abort)
-        if self.proc.poll() is None:
+        if kill and self.proc.poll() is None:
             self.proc.kill()
-        self._finish()
+        return self._finish()
 
     def _finish(self) -> str:
         self.proc.wait()
@@ -301,13 +299,7 @@ class SecondRun:
         finally:
             keep = digests is not None and bool(self.truth_outputs) and not self.cancel.cancelled
             if not keep:
-                if self.proc.poll() is None and (self.cancel.cancelled or digests is None):
-                    self.proc.kill()
-                self._done = True
-                import atexit
-
-                atexit.unregister(self.abort)
-                stderr = self._finish()
+                stderr = self._end(kill=self.cancel.cancelled or digests is None)
         self.cancel.check()
         if error:
             raise UserError(error)
