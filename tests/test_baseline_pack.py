@@ -6,6 +6,7 @@ of tensors above PACK_TENSOR_BYTES, so both layouts live in one session."""
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import zipfile
 
@@ -203,3 +204,95 @@ def test_compare_reads_packed_session_tensors_and_checks_their_digests(chain_mod
 def test_a_small_model_keeps_one_file_per_tensor(tiny_model, tmp_path):
     t, res = _dumped(tiny_model, tmp_path)
     assert not list(t.session.baseline_dir.glob("pack_*")) and all("member" not in e for e in res.manifest["tensors"])
+
+
+def test_packed_statistics_equal_the_per_tensor_path(chain_model, tmp_path):
+    """A pack's statistics are computed for the whole group at once; each must be
+    what the per-tensor path gives for the same samples, to the last bit as JSON."""
+    from bisect_tui.core.stats import empty_stats, finish_stats, update_stats
+
+    t, res = _dumped(chain_model, tmp_path)
+    packed = [e for e in res.manifest["tensors"] if "member" in e]
+    assert len(packed) == CHAIN + 1
+    for e in packed[::37] + packed[-2:]:
+        got = load_tensor(t.session, res.manifest, e["tensor"])
+        st = empty_stats()
+        for k in range(got.shape[0]):
+            update_stats(st, np.ascontiguousarray(got[k]))
+        assert json.dumps(e["stats"]) == json.dumps(finish_stats(st)), e["tensor"]
+    assert all(e["stats"]["numel"] == 16 and e["stats"]["finite"] == 16 for e in packed)
+
+
+def _samples(rng, kind, n, samples):
+    out = []
+    for s in range(samples):
+        if kind == 0:
+            a = rng.standard_normal(n).astype(np.float32)
+        elif kind == 1:  # past FP16's range
+            a = (rng.standard_normal(n) * 1e5).astype(np.float32)
+        elif kind == 2:  # below FP16's and BF16's smallest
+            a = (rng.standard_normal(n) * 1e-30).astype(np.float32)
+        elif kind == 3:  # zeros, -0.0 and float32 subnormals
+            a = np.zeros(n, np.float32)
+            a[::3], a[::5], a[::7] = -0.0, 1e-40, -3e-39
+        elif kind == 4:  # a NaN in one sample only: the per-tensor path's job
+            a = rng.standard_normal(n).astype(np.float32)
+            a[0] = np.nan if s == 0 else 1.0
+        elif kind == 5:  # an Inf in the last sample
+            a = np.full(n, 2.0, np.float32)
+            a[-1] = np.inf if s == samples - 1 else 2.0
+        else:  # not contiguous
+            a = rng.standard_normal((n, 2)).astype(np.float32)[:, 0]
+        out.append(a)
+    return out
+
+
+def test_batched_statistics_match_update_stats_or_step_aside():
+    from bisect_tui.core.stats import empty_stats, finish_stats, finished_f32_many, update_stats
+
+    rng = np.random.default_rng(3)
+    tensors = [_samples(rng, k % 7, int(rng.integers(1, 3000)), int(rng.integers(1, 4))) for k in range(700)]
+    tensors += [[np.array(1.5, np.float32)], [np.zeros(0, np.float32)], [np.ones(3, np.int64)],
+                [np.ones(3, np.float16)]]
+    got = finished_f32_many(tensors)
+    done = 0
+    for k, (g, samples) in enumerate(zip(got, tensors)):
+        special = (k < 700 and k % 7 in (4, 5)) or k >= 701
+        if g is None:
+            assert special, k  # only NaN/Inf, empty and other dtypes step aside
+            continue
+        assert not special, k
+        st = empty_stats()
+        for a in samples:
+            update_stats(st, a)
+        assert json.dumps(g) == json.dumps(finish_stats(st)), k
+        done += 1
+    assert done == 700 - 200 + 1  # 5 of every 7 kinds, and the 0-d tensor
+
+
+def test_pack_writer_gives_a_plain_zip_and_zip64_past_65535_members(tmp_path):
+    import shutil
+    import subprocess
+
+    w = baseline_pack.PackWriter(tmp_path)
+    offsets = {}
+    for i in range(70000):  # past the plain end record's member count
+        arr = np.array([i, -i], np.float32)
+        buf = io.BytesIO()
+        np.save(buf, arr)
+        offsets[f"m{i}é.npy" if i == 3 else f"m{i}.npy"] = (w.add(f"m{i}é.npy" if i == 3 else f"m{i}.npy",
+                                                                buf.getvalue()), arr)
+    path = w.close("pack.npz")
+    data = path.read_bytes()
+    for name in ("m0.npy", "m3é.npy", "m69999.npy"):
+        off, arr = offsets[name]
+        np.testing.assert_array_equal(baseline_pack.array_at(data, off), arr)
+    with zipfile.ZipFile(path) as zf:
+        assert len(zf.infolist()) == 70000 and zf.testzip() is None
+        assert zf.read("m3é.npy") == data[offsets["m3é.npy"][0]:][:zf.getinfo("m3é.npy").file_size]
+    with np.load(path) as z:
+        np.testing.assert_array_equal(z["m69999"], np.array([69999, -69999], np.float32))
+        np.testing.assert_array_equal(z["m3é"], np.array([3, -3], np.float32))
+    if shutil.which("unzip"):
+        r = subprocess.run(["unzip", "-tqq", str(path)], capture_output=True, text=True)
+        assert r.returncode == 0, r.stdout + r.stderr

@@ -41,7 +41,7 @@ from bisect_tui.core.runner import (
     run_groups,
 )
 from bisect_tui.core.session import Session, now_iso, stable_key
-from bisect_tui.core.stats import Scratch, empty_stats, finish_stats, update_stats
+from bisect_tui.core.stats import Scratch, empty_stats, finish_stats, finished_f32_many, update_stats
 
 
 def inputs_sha(inputs: InputSet) -> str:
@@ -187,7 +187,7 @@ class _NpySink:
         self.pack = pack
         self.order = order or {}
         self._pack: Optional[baseline_pack.PackWriter] = None
-        self._pending: list[tuple[str, dict, int, Optional[np.ndarray]]] = []
+        self._pending: list[tuple[str, dict, int, Optional[np.ndarray], list[np.ndarray]]] = []
         self.outdir = outdir
         self.fnames = fnames
         self.samples = samples
@@ -213,9 +213,8 @@ class _NpySink:
         # the bytes through a uint8 view: also for dtypes the buffer protocol does not
         # know (ml_dtypes' bfloat16), rank 0 and zero size; no copy (C order above)
         view = memoryview(array.reshape(-1).view(np.uint8))
-        if f.packed:
+        if f.packed:  # its statistics come with the group's (end_group)
             f.sha.update(view)
-            update_stats(f.stats, array)
             f.kept.append(array)
             f.nbytes += array.nbytes
             return
@@ -246,7 +245,7 @@ class _NpySink:
             "dtype": np.dtype(f.dtype).name,
             "bytes": int(f.nbytes),
             "sha256": f.sha.hexdigest(),
-            "stats": finish_stats(f.stats),
+            "stats": None if f.packed else finish_stats(f.stats),
         }
         if f.packed:
             if self._pack is None:
@@ -254,7 +253,7 @@ class _NpySink:
             header = _npy_header(f.dtype, (self.samples, *f.shape))
             offset = self._pack.add(self.fnames[tensor], baseline_pack.npy_bytes(header, f.kept))
             kept = np.stack(f.kept) if self.remember and len(f.kept) == self.samples else None
-            self._pending.append((tensor, meta, offset, kept))
+            self._pending.append((tensor, meta, offset, kept, f.kept))
             return  # done when the pack is in place (end_group)
         # no fsync per tensor (it was a fifth of a 5,000-tensor dump): the files are
         # flushed to disk together before the manifest, written last, marks the dump
@@ -272,15 +271,22 @@ class _NpySink:
         if self._pack is None:
             return
         members = [m for m, _ in self._pack.members]
-        idx = [self.order.get(t, 0) for t, _, _, _ in self._pending]
+        idx = [self.order.get(t, 0) for t, *_ in self._pending]
         name = baseline_pack.pack_name(min(idx), max(idx), members)
         final = self._pack.close(name)
         self._pack = None
         pending, self._pending = self._pending, []
-        for tensor, meta, offset, kept in pending:
+        batched = finished_f32_many([samples for *_, samples in pending])
+        for (tensor, meta, offset, kept, samples), stats in zip(pending, batched):
+            if stats is None:  # not float32, or NaN/Inf in it: the per-tensor statistics
+                st = empty_stats()
+                for a in samples:
+                    update_stats(st, a)
+                stats = finish_stats(st)
             if kept is not None:
                 _remember(final, kept, offset)
-            self.on_done(tensor, {**meta, "file": name, "member": self.fnames[tensor], "offset": offset})
+            self.on_done(tensor, {**meta, "stats": stats, "file": name, "member": self.fnames[tensor],
+                                  "offset": offset})
 
     def abort(self) -> None:
         """Remove unfinished temp files and stop the threads (also after a normal end)."""

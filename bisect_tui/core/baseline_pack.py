@@ -23,8 +23,9 @@ from __future__ import annotations
 import hashlib
 import io
 import os
+import struct
 import tempfile
-import zipfile
+import zlib
 from pathlib import Path
 from typing import Optional
 
@@ -34,7 +35,6 @@ import numpy as np
 PACK_MIN_TENSORS = 64
 # a tensor (all samples) at most this large goes into its group's pack
 PACK_TENSOR_BYTES = 64 << 10
-_ZIP_DATE = (1980, 1, 1, 0, 0, 0)  # fixed: the same dump gives the same bytes
 
 
 def pack_name(first: int, last: int, members: list[str]) -> str:
@@ -44,39 +44,85 @@ def pack_name(first: int, last: int, members: list[str]) -> str:
     return f"pack_{first:04d}-{last:04d}_{h}.npz"
 
 
+# zip records (PKWARE APPNOTE 4.3); members are stored, never compressed
+_LOCAL = struct.Struct("<IHHHHHIIIHH")
+_CENTRAL = struct.Struct("<IHHHHHHIIIHHHHHII")
+_END = struct.Struct("<IHHHHIIH")
+_END64 = struct.Struct("<IQHHIIQQQQ")
+_LOCATOR64 = struct.Struct("<IIQI")
+_DOS_TIME, _DOS_DATE = 0, (1 << 5) | 1  # 1980-01-01 00:00:00, fixed: the same dump gives the same bytes
+_MADE_BY = (3 << 8) | 45  # Unix, zip 4.5 (zip64)
+_U32 = 0xFFFFFFFF
+
+
 class PackWriter:
-    """One group's pack: members appended to a temp file, renamed when the group ends."""
+    """One group's pack: members appended to a temp file, renamed when the group ends.
+
+    Written record by record here rather than through zipfile: its per-member
+    bookkeeping was a tenth of a 5,104-tensor dump, for what is a 30-byte
+    header before each member's bytes. Readers (numpy.load, zipfile, unzip)
+    see a plain stored zip; zip64 records are added only when a pack holds
+    more than 65,535 members or passes 4 GiB."""
 
     def __init__(self, outdir: Path):
         self.outdir = outdir
         fd, self.tmp = tempfile.mkstemp(prefix=".tmp_", suffix=".npz", dir=outdir)
-        self._fh = os.fdopen(fd, "w+b")
-        self._zip = zipfile.ZipFile(self._fh, "w", zipfile.ZIP_STORED, allowZip64=True)
+        self._fh = os.fdopen(fd, "wb")
+        self._pos = 0
+        self._central: list[tuple[bytes, int, int, int]] = []  # (name, crc, size, header offset)
         self.members: list[tuple[str, int]] = []  # (member name, offset of its .npy bytes)
 
     def add(self, member: str, npy: bytes) -> int:
         """Appends one member's `.npy` bytes; returns where they start in the pack."""
-        info = zipfile.ZipInfo(member, date_time=_ZIP_DATE)
-        info.compress_type = zipfile.ZIP_STORED
-        info.external_attr = 0o644 << 16
-        self._zip.writestr(info, npy)
-        # a seekable file gets no data descriptor: the data ends where the file does
-        offset = self._fh.tell() - len(npy)
+        name = member.encode("utf-8")
+        size = len(npy)
+        if size >= _U32:
+            raise ValueError(f"a packed member holds at most 4 GiB ({member}: {size} bytes)")
+        crc = zlib.crc32(npy)
+        flags = 0x800 if not name.isascii() else 0  # bit 11: the name is UTF-8
+        header = _LOCAL.pack(0x04034B50, 20, flags, 0, _DOS_TIME, _DOS_DATE, crc, size, size, len(name), 0)
+        self._fh.write(header)
+        self._fh.write(name)
+        self._fh.write(npy)
+        offset = self._pos + len(header) + len(name)
+        self._central.append((name, crc, size, self._pos))
+        self._pos = offset + size
         self.members.append((member, offset))
         return offset
 
+    def _finish(self) -> None:
+        """The central directory and the end records."""
+        start = self._pos
+        out = bytearray()
+        for name, crc, size, at in self._central:
+            extra = b""
+            if at >= _U32:  # zip64 extra field: the header offset in 8 bytes
+                extra = struct.pack("<HHQ", 0x0001, 8, at)
+            flags = 0x800 if not name.isascii() else 0
+            out += _CENTRAL.pack(0x02014B50, _MADE_BY, 45 if extra else 20, flags, 0, _DOS_TIME, _DOS_DATE,
+                                 crc, size, size, len(name), len(extra), 0, 0, 0, 0o644 << 16,
+                                 min(at, _U32))
+            out += name
+            out += extra
+        count, cd_size = len(self._central), len(out)
+        if count > 0xFFFF or start >= _U32 or cd_size >= _U32:
+            end64 = start + cd_size
+            out += _END64.pack(0x06064B50, _END64.size - 12, _MADE_BY, 45, 0, 0, count, count, cd_size, start)
+            out += _LOCATOR64.pack(0x07064B50, 0, end64, 1)
+            out += _END.pack(0x06054B50, 0, 0, min(count, 0xFFFF), min(count, 0xFFFF),
+                             min(cd_size, _U32), min(start, _U32), 0)
+        else:
+            out += _END.pack(0x06054B50, 0, 0, count, count, cd_size, start, 0)
+        self._fh.write(out)
+
     def close(self, final_name: str) -> Path:
-        self._zip.close()
+        self._finish()
         self._fh.close()
         final = self.outdir / final_name
         os.replace(self.tmp, final)
         return final
 
     def abort(self) -> None:
-        try:
-            self._zip.close()
-        except Exception:
-            pass
         try:
             self._fh.close()
         except OSError:

@@ -62,6 +62,9 @@ class GraphIndex:
     graph_outputs: list[str]
     initializers: set[str]
     by_name: dict[str, onnx.NodeProto] = field(default_factory=dict)
+    # node name -> its inputs as node_inputs gives them: walks back through a
+    # 5,000-node graph read them thousands of times from the protobuf objects
+    inputs: dict[str, list[str]] = field(default_factory=dict)
 
     @classmethod
     def build(cls, model: onnx.ModelProto) -> "GraphIndex":
@@ -69,15 +72,18 @@ class GraphIndex:
         inits = {i.name for i in g.initializer} | {
             i.values.name for i in g.sparse_initializer
         }
-        nodes = toposort(list(g.node), {i.name for i in g.input} | inits)
+        nodes, ins = toposort_with_inputs(list(g.node), {i.name for i in g.input} | inits)
         producer: dict[str, str] = {}
         consumers: dict[str, list[str]] = defaultdict(list)
-        for n in nodes:
+        inputs: dict[str, list[str]] = {}
+        for n, n_ins in zip(nodes, ins):
+            name = n.name
             for o in n.output:
                 if o:
-                    producer[o] = n.name
-            for t in node_inputs(n):
-                consumers[t].append(n.name)
+                    producer[o] = name
+            for t in n_ins:
+                consumers[t].append(name)
+            inputs[name] = n_ins
         return cls(
             nodes=nodes,
             order={n.name: i for i, n in enumerate(nodes)},
@@ -87,6 +93,7 @@ class GraphIndex:
             graph_outputs=[o.name for o in g.output],
             initializers=inits,
             by_name={n.name: n for n in nodes},
+            inputs=inputs,
         )
 
     def intermediate_tensors(self) -> list[str]:
@@ -106,16 +113,23 @@ class GraphIndex:
             if p is None or p in seen:
                 continue
             seen.add(p)
-            for i in node_inputs(self.by_name[p]):
+            ins = self.inputs.get(p)
+            for i in ins if ins is not None else node_inputs(self.by_name[p]):
                 if i not in stop and i not in self.initializers:
                     stack.append(i)
         return sorted(seen, key=self.order.__getitem__)
+
+
+_GRAPH_TYPES = (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
 
 
 def node_inputs(node: onnx.NodeProto) -> list[str]:
     """Inputs of a node including tensors used implicitly by its subgraphs (If/Loop/Scan)."""
     names = [i for i in node.input if i]
     for attr in node.attribute:
+        t = attr.type
+        if t not in _GRAPH_TYPES and (t or not (attr.HasField("g") or len(attr.graphs))):
+            continue  # no subgraph (a type-less attribute is looked into, as before)
         subgraphs = list(attr.graphs) + ([attr.g] if attr.HasField("g") else [])
         for sg in subgraphs:
             local = {i.name for i in sg.initializer} | {i.name for i in sg.input}
@@ -130,25 +144,32 @@ def node_inputs(node: onnx.NodeProto) -> list[str]:
 
 def toposort(nodes: list[onnx.NodeProto], available: set[str]) -> list[onnx.NodeProto]:
     """Stable topological sort (ONNX requires it, but not every exporter obeys)."""
+    return toposort_with_inputs(nodes, available)[0]
+
+
+def toposort_with_inputs(
+    nodes: list[onnx.NodeProto], available: set[str]
+) -> tuple[list[onnx.NodeProto], list[list[str]]]:
+    """`toposort`, with each sorted node's `node_inputs` beside it (read once per node)."""
     avail = set(available) | {""}
-    pending = list(nodes)
-    out: list[onnx.NodeProto] = []
+    pending = [(n, node_inputs(n)) for n in nodes]
+    out: list[tuple[onnx.NodeProto, list[str]]] = []
     produced_anywhere = {o for n in nodes for o in n.output}
     while pending:
         progressed = False
         rest = []
-        for n in pending:
-            if all(i in avail or i not in produced_anywhere for i in node_inputs(n)):
-                out.append(n)
-                avail.update(n.output)
+        for item in pending:
+            if all(i in avail or i not in produced_anywhere for i in item[1]):
+                out.append(item)
+                avail.update(item[0].output)
                 progressed = True
             else:
-                rest.append(n)
+                rest.append(item)
         if not progressed:  # a cycle: keep the file order for the rest
             out.extend(rest)
             break
         pending = rest
-    return out
+    return [n for n, _ in out], [i for _, i in out]
 
 
 def tensor_types(model: onnx.ModelProto) -> dict[str, onnx.TypeProto]:

@@ -234,3 +234,84 @@ def finish_stats(st: dict) -> dict:
     out.pop("sum")
     out.pop("sumsq")
     return out
+
+
+def finished_f32_many(tensors: list[list[np.ndarray]]) -> list[Optional[dict]]:
+    """`finish_stats` of each tensor's samples merged, for many small float32
+    tensors at once: one count of exponent fields over all of them, segment
+    minima and maxima, and each sample's sums over the same float64 values as
+    `_sums` in the same order, so every figure equals the per-tensor path's.
+    A tensor that is not float32, is empty, or holds a NaN or Inf gets None
+    (the caller takes the per-tensor path: those need masks). Per tensor the
+    per-tensor path was ~45 us of Python and numpy calls, most of a
+    5,000-tensor dump's statistics."""
+    out: list[Optional[dict]] = [None] * len(tensors)
+    picked = [k for k, s in enumerate(tensors) if s and all(a.dtype == np.float32 and a.size for a in s)]
+    if picked:
+        with np.errstate(invalid="ignore", over="ignore"):  # sums of segments with Inf: dropped below
+            _f32_many(tensors, picked, out)
+    return out
+
+
+def _f32_many(tensors: list[list[np.ndarray]], picked: list[int], out: list[Optional[dict]]) -> None:
+    arrays = [np.ascontiguousarray(a).reshape(-1) for k in picked for a in tensors[k]]
+    sizes = np.fromiter((a.size for a in arrays), np.intp, len(arrays))
+    nseg = len(arrays)
+    ends = np.cumsum(sizes)
+    starts = ends - sizes
+    flat = np.concatenate(arrays)
+    raw = flat.view(np.uint32)
+    seg = np.repeat(np.arange(nseg, dtype=np.intp), sizes)
+    fields = np.right_shift(raw, 23).astype(np.uint8)  # the cast drops the sign bit
+    counts = np.bincount(seg * 256 + fields, minlength=nseg * 256).reshape(nseg, 256)
+    bits = raw & np.uint32(0x7FFFFFFF)
+
+    def per_segment(mask: np.ndarray) -> np.ndarray:
+        return np.bincount(seg[mask], minlength=nseg)
+
+    zeros = per_segment(bits == 0)
+    fp16_over = per_segment(bits > np.uint32(_F32["fp16_max"]))
+    bf16_over = per_segment(bits > np.uint32(_F32["bf16_max"]))
+    bf16_under = per_segment(bits < np.uint32(_F32["bf16_zero_below"])) - zeros
+    below = np.cumsum(counts, axis=1)
+    fp16_sub = below[:, _FIELD["fp16_min_normal"] - 1] - zeros
+    fp16_under = below[:, _FIELD["fp16_zero_below"] - 1] - zeros
+    lo_f, hi_f = LOG2_LO + 127, LOG2_HI + 127
+    hist = np.empty((nseg, LOG2_HI - LOG2_LO + 1), np.int64)
+    hist[:, 0] = counts[:, 0] - zeros + counts[:, 1: lo_f + 1].sum(axis=1)
+    hist[:, 1:-1] = counts[:, lo_f + 1: hi_f]
+    hist[:, -1] = counts[:, hi_f:255].sum(axis=1)
+    mins = np.minimum.reduceat(flat, starts).tolist()
+    maxs = np.maximum.reduceat(flat, starts).tolist()
+    f64 = flat.astype(np.float64)
+    sq = f64 * f64
+    sums = [float(f64[a:b].sum()) for a, b in zip(starts.tolist(), ends.tolist())]
+    sumsqs = [float(sq[a:b].sum()) for a, b in zip(starts.tolist(), ends.tolist())]
+    nonfinite = counts[:, 255].tolist()
+    cols = list(zip(*(x.tolist() for x in (sizes, zeros, fp16_over, fp16_sub, fp16_under, bf16_over, bf16_under))))
+    hist_rows = hist.tolist()
+    j = 0
+    for k in picked:
+        n = len(tensors[k])
+        r = j
+        j += n
+        if any(nonfinite[r: r + n]):
+            continue
+        numel, zero, f16o, f16s, f16u, b16o, b16u = cols[r]
+        total, sumsq, lo, hi, h = sums[r], sumsqs[r], mins[r], maxs[r], hist_rows[r]
+        for q in range(r + 1, r + n):  # the other samples, in order: what update_stats adds up
+            total += sums[q]
+            sumsq += sumsqs[q]
+            lo, hi = min(lo, mins[q]), max(hi, maxs[q])
+            h = [x + y for x, y in zip(h, hist_rows[q])]
+            numel, zero, f16o, f16s, f16u, b16o, b16u = (
+                a + b for a, b in zip((numel, zero, f16o, f16s, f16u, b16o, b16u), cols[q]))
+        mean = total / numel
+        out[k] = {
+            "numel": numel, "finite": numel, "nan": 0, "inf": 0, "zeros": zero,
+            "min": lo, "max": hi, "abs_max": max(0.0, -lo, hi),
+            "fp16_overflow": f16o, "fp16_subnormal": f16s, "fp16_underflow": f16u,
+            "bf16_overflow": b16o, "bf16_underflow": b16u,
+            "log2_hist": h, "mean": mean,
+            "std": math.sqrt(max(sumsq / numel - mean * mean, 0.0)),
+        }

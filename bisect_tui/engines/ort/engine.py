@@ -268,20 +268,24 @@ _BASE_CACHE_MAX_BYTES = 256 << 20
 _BASE_CACHE: dict[tuple, tuple] = {}
 
 
-_MAP_ORIGINAL: list = []  # [(file identity, model)]: the original graph of the last map made
+_MAP_ORIGINAL: list = []  # [(file identity, model)], newest last: the original graphs of the last maps
+_MAP_ORIGINAL_KEPT = 4  # the whole model and the subgraphs a search maps against in turn
 
 
 def _original_for_map(path: Path) -> onnx.ModelProto:
     """The model a fused-node map starts from (no weights), read once per file
     identity: every build of a search maps back to the same original graph, and
     fused_node_map keeps that graph's index while the object is the same
-    (its load and index were a third of a map on a 5,000-node model)."""
+    (its load and index were a third of a map on a 5,000-node model); a
+    subgraph mapped in between does not push the whole model out."""
     st = os.stat(path)
     key = (str(Path(path).resolve()), st.st_ino, st.st_size, st.st_mtime_ns)
-    if _MAP_ORIGINAL and _MAP_ORIGINAL[0][0] == key:
-        return _MAP_ORIGINAL[0][1]
+    for k, (have, model) in enumerate(_MAP_ORIGINAL):
+        if have == key:
+            _MAP_ORIGINAL.append(_MAP_ORIGINAL.pop(k))
+            return model
     model = _load(path, load_external=False)
-    _MAP_ORIGINAL[:] = [(key, model)]
+    _MAP_ORIGINAL[:] = _MAP_ORIGINAL[-(_MAP_ORIGINAL_KEPT - 1):] + [(key, model)]
     return model
 
 

@@ -7,7 +7,7 @@ from typing import Collection, Optional
 
 import onnx
 
-from bisect_tui.core.graph import GraphIndex, node_inputs, toposort
+from bisect_tui.core.graph import GraphIndex, toposort_with_inputs
 from bisect_tui.core.onnx_files import ensure_named as _ensure_named
 from bisect_tui.engines.base import FusedNode
 from bisect_tui.engines.ort.passes import _TOKEN_SUFFIX_RE, optimizer_tags
@@ -39,20 +39,25 @@ _LAYOUT_OPS = frozenset(
 )
 
 
-_ORIGINAL: list = []  # [(the model object given, its index and name sets)]: the last one mapped against
+_ORIGINAL: list = []  # [(the model object given, its size, its index and name sets)], newest last
+_ORIGINAL_KEPT = 4  # the whole model and the few subgraphs a search maps against in turn
 
 
 def _original_index(original: onnx.ModelProto) -> tuple:
     """The original graph's index, kept while the same (unchanged) model object is
-    given again: the engine hands the same object for every build of a search.
+    given again: the engine hands the same object for every build of a search,
+    and a subgraph check or isolation in between must not push it out.
     Read-only here, so reuse is safe; any other object is indexed afresh."""
-    if _ORIGINAL and _ORIGINAL[0][0] is original and _ORIGINAL[0][1] == original.ByteSize():
-        return _ORIGINAL[0][2]
+    size = original.ByteSize()
+    for k, (obj, obj_size, entry) in enumerate(_ORIGINAL):
+        if obj is original and obj_size == size:
+            _ORIGINAL.append(_ORIGINAL.pop(k))
+            return entry
     named = _ensure_named(original)
     oidx = GraphIndex.build(named)
     og = named.graph
     entry = (named, oidx, set(oidx.producer) | {i.name for i in og.input} | oidx.initializers, set(oidx.by_name))
-    _ORIGINAL[:] = [(original, original.ByteSize(), entry)]
+    _ORIGINAL[:] = [e for e in _ORIGINAL if e[0] is not original][-(_ORIGINAL_KEPT - 1):] + [(original, size, entry)]
     return entry
 
 
@@ -138,7 +143,7 @@ def fused_node_map(
     available = {i.name for i in g.input} | {i.name for i in g.initializer} | {
         i.values.name for i in g.sparse_initializer
     }
-    nodes = toposort(list(g.node), available)
+    nodes, node_ins = toposort_with_inputs(list(g.node), available)
     producer: dict[str, int] = {}
     for k, n in enumerate(nodes):
         for o in n.output:
@@ -166,7 +171,7 @@ def fused_node_map(
             if k is None:  # a new initializer / input: no original twin, no work
                 memo[t] = (frozenset(), frozenset())
                 continue
-            ins = node_inputs(nodes[k])
+            ins = node_ins[k]
             if not expanded:
                 if t in on_stack:  # cycle guard (invalid graph); treat as a dead end
                     memo[t] = (frozenset(), frozenset({k}))
@@ -207,7 +212,7 @@ def fused_node_map(
             continue
         boundary: set[str] = set()
         glue: set[int] = set()
-        for i in node_inputs(n):
+        for i in node_ins[k]:
             b, gl = resolve(i)
             boundary |= b
             glue |= gl
