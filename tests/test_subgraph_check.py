@@ -196,6 +196,50 @@ def test_blocked_build_made_during_the_subgraph_check_changes_nothing(samples, t
     assert shape(with_pf) == shape(plain) and with_pf["engine_builds"] == plain["engine_builds"] == 2
 
 
+def test_attribution_build_starts_before_the_suspect_is_judged_and_changes_nothing(samples, tmp_path,
+                                                                                   monkeypatch):
+    """With the probe's suspect named, its pass is found on its subgraph and the full
+    engine with that pass disabled is built in a thread from then on (beside the
+    subgraph check and the blocked build); the attribution and the rest proof take
+    that build. Steps, verdicts, ratios, the build count and the culprit's pass are
+    those of the search without it."""
+    import threading
+    import time
+
+    import bisect_tui.core.bisect.subgraph_check as sc
+    from bisect_tui.engines.ort.engine import OrtEngine
+
+    seen: dict = {}
+    real_build, real_check = OrtEngine.build, sc.suspect_on_subgraph
+
+    def build(self, model_path, config, marked=(), workdir=None):
+        if config.disabled_optimizers and not marked and workdir is not None:  # a full-engine rebuild
+            seen.setdefault("attribution", (threading.current_thread().name, time.perf_counter()))
+        return real_build(self, model_path, config, marked, workdir)
+
+    def check(*a, **k):
+        try:
+            return real_check(*a, **k)
+        finally:
+            seen.setdefault("judged", time.perf_counter())
+
+    monkeypatch.setattr(OrtEngine, "build", build)
+    monkeypatch.setattr(sc, "suspect_on_subgraph", check)
+    early = run_bisection(gelu_triage(samples / "transformer_block.onnx", tmp_path / "early"))
+    thread, started = seen["attribution"]
+    assert thread.startswith("prefetch-build") and started < seen["judged"]
+    seen.clear()
+    monkeypatch.setattr(Bisector, "_prefetch_attribution", lambda self, u: None)
+    plain = run_bisection(gelu_triage(samples / "transformer_block.onnx", tmp_path / "plain"))
+    assert seen["attribution"][0] == threading.main_thread().name and seen["attribution"][1] > seen["judged"]
+    shape = lambda r: [(s["kind"], s["passed"], s["ratio"], s["builds"], s["cached"]) for s in r["steps"]]  # noqa: E731
+    assert shape(early) == shape(plain) and early["engine_builds"] == plain["engine_builds"] == 2
+    assert [c["attribution"]["confirmed"] for c in early["culprits"]] == [["GeluApproximation"]]
+    assert ([c["attribution"]["confirmed"] for c in early["culprits"]]
+            == [c["attribution"]["confirmed"] for c in plain["culprits"]])
+    assert early.get("rest_proven_by") and early["rest_proven_by"] == plain["rest_proven_by"]
+
+
 @pytest.mark.parametrize("case", ["deep_stack", "branchy"])
 def test_downstream_run_equals_running_every_other_node(samples, cases, tmp_path, case):
     """The subgraph check runs only the nodes downstream of the suspect, upstream

@@ -35,6 +35,7 @@ class Findings:
         self._iso: dict[tuple, dict] = {}
         self._attr: dict[tuple, dict] = {}
         self._grouped: dict[tuple, Optional[dict]] = {}
+        self._guesses: dict[tuple, tuple[list[str], Optional[dict]]] = {}  # first_guesses, made early
 
     @staticmethod
     def _key(group: list[Unit], cfg) -> tuple:
@@ -69,15 +70,32 @@ class Findings:
         with other whole-graph candidates."""
         if amplified(self.isolation(group, cfg, ci)):
             return []
+        key = self._key(group, cfg)
+        if key in self._guesses:
+            names, grouped = self._guesses[key]
+        else:
+            names, grouped = self._first_guesses(group, cfg, self._subgraph(group, cfg, ci))
+        if grouped is not None:
+            self._grouped[key] = grouped
+        return [cfg.with_disabled([n]) for n in names]
+
+    def early_configs(self, group: list[Unit], cfg, subgraph: Path) -> list:
+        """speculative_configs before the group is known to be a culprit, on a
+        subgraph of the same nodes written meanwhile (the subgraph check's): the
+        full-engine builds its attribution would ask for, to start early. Kept,
+        so speculative_configs does not test the passes again."""
+        key = self._key(group, cfg)
+        if key not in self._guesses:
+            self._guesses[key] = self._first_guesses(group, cfg, subgraph)
+        return [cfg.with_disabled([n]) for n in self._guesses[key][0]]
+
+    def _first_guesses(self, group: list[Unit], cfg, subgraph: Optional[Path]):
         saved = self.bis.config
         self.bis.config = cfg
         try:
-            names, grouped = first_guesses(self.bis, group, self._subgraph(group, cfg, ci))
+            return first_guesses(self.bis, group, subgraph)
         finally:
             self.bis.config = saved
-        if grouped is not None:
-            self._grouped[self._key(group, cfg)] = grouped
-        return [cfg.with_disabled([n]) for n in names]
 
     def rest_proof(self, groups: list[list[Unit]], units: list[Unit], cfg):
         """The step proving that every fusion but `groups` passes together, or None.

@@ -276,6 +276,11 @@ class Bisector:
                         want_unblocked=bool(marks) and not self._marking_blocks,
                         outputs=tuple(self.t.info.outputs))
 
+    def can_prefetch(self) -> bool:
+        caps = getattr(self.engine, "capabilities", None)
+        return (bool(getattr(caps, "concurrent_builds", False)) and self.fanout == 1
+                and getattr(self.pool, "kind", None) in ("serial", "processes"))
+
     def prefetch(self, cand: "Candidate") -> None:
         """Start a build the search will certainly ask for next, in a thread beside
         the work before it (an engine with Capabilities.concurrent_builds, and
@@ -284,9 +289,7 @@ class Bisector:
         its result when the candidate comes, so the steps, their order and the
         build count are those of the plain search; a prefetch nobody takes (the
         search cancelled or failed first) is closed and not counted."""
-        caps = getattr(self.engine, "capabilities", None)
-        if (not getattr(caps, "concurrent_builds", False) or self.fanout != 1
-                or getattr(self.pool, "kind", None) not in ("serial", "processes")):
+        if not self.can_prefetch():
             return
         plan = self._plan(cand)
         key = plan[3]
@@ -718,8 +721,26 @@ class Bisector:
         batch = [u for u in seeds if u.domain not in coarse][: max(1, min(self.fanout, MAX_SEED_TRIES))]
         if not batch:
             return None
+        self._prefetch_attribution(batch[0])
         steps = self.suspects_alone(batch, [])
         return next((u for u, st in zip(batch, steps) if not st.passed), None)
+
+    def _prefetch_attribution(self, u: Unit) -> None:
+        """The suspect's pass, found now on its subgraph (its tags, else group
+        testing: tiny builds), and the full engine with that pass disabled built
+        in a thread from here on: once the suspect is confirmed, its attribution
+        and the rest proof ask for exactly that build, which otherwise ran alone
+        at the end of the search while the second core idled. A suspect that is
+        not confirmed leaves an unasked prefetch: not a step, not counted."""
+        if self.findings is None or not self.can_prefetch():
+            return
+        from bisect_tui.core.bisect.subgraph_check import write_subgraph
+
+        written = write_subgraph(self.t, u, self.dir / "subgraphs" / f"unit_{u.index}")
+        if written is None:
+            return
+        for c in self.findings.early_configs([u], self.config, written[0]):
+            self.prefetch(Candidate(self._map_kind(c), None, c))
 
     def suspects_alone(self, batch: list[Unit], held: list[Unit]) -> list[Step]:
         """Each suspect with every other fusion blocked: on its own subgraph

@@ -92,6 +92,22 @@ def same_fusion(unit: Unit, fused_nodes) -> bool:
             and sorted(fused[0].original_nodes) == sorted(unit.original_nodes))
 
 
+def write_subgraph(t, unit: Unit, out_dir: Path) -> Optional[tuple[Path, list[str]]]:
+    """The suspect's original nodes as a model in `out_dir/subgraph.onnx`, and the
+    tensors it reads (fed from the baseline); None when they cannot be extracted."""
+    types = value_types(t)
+    if not unit.outputs or not unit.original_nodes or any(o not in types for o in unit.outputs):
+        return None
+    try:
+        sub, sub_inputs = extract_subgraph(t.info.model, list(unit.original_nodes), list(unit.outputs), types)
+    except (KeyError, ValueError):
+        return None
+    out_dir.mkdir(parents=True, exist_ok=True)
+    sub_path = out_dir / "subgraph.onnx"
+    atomic.write_bytes(sub_path, sub.SerializeToString())
+    return sub_path, list(sub_inputs)
+
+
 def suspect_on_subgraph(bis, unit: Unit, config, out_dir: Path) -> Optional[dict]:
     """The suspect's own fusion, judged on the model's outputs without a
     whole-graph build: {"judgement", "seconds", "fused_node"}; None when the
@@ -101,15 +117,10 @@ def suspect_on_subgraph(bis, unit: Unit, config, out_dir: Path) -> Optional[dict
         return None
     t0 = time.perf_counter()
     types = value_types(t)
-    if any(o not in types for o in unit.outputs):
+    written = write_subgraph(t, unit, out_dir)
+    if written is None:
         return None
-    try:
-        sub, sub_inputs = extract_subgraph(t.info.model, list(unit.original_nodes), list(unit.outputs), types)
-    except (KeyError, ValueError):
-        return None
-    out_dir.mkdir(parents=True, exist_ok=True)
-    sub_path = out_dir / "subgraph.onnx"
-    atomic.write_bytes(sub_path, sub.SerializeToString())
+    sub_path, sub_inputs = written
 
     def baseline(name: str) -> np.ndarray:
         if name in t.inputs.arrays:
