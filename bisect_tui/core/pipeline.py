@@ -171,6 +171,10 @@ class Triage:
         self._truth_source = None  # that run, after its digests, computing the arbiter's float64 truth
         self._fused_build = None  # (config, workdir, future): the engine under test, built beside the dump
         self._sensitivity_runs = None  # (key, future): the 1-ulp run, made beside the dump
+        # the `bisect` command sets this: the search's first build starts when the dump is
+        # done (bisect/early.py), and the search takes it from `search_builds`
+        self.search_ahead = False
+        self.search_builds: dict = {}
         self._torch = None  # frontends.torch.step.TorchPrepared
         self._engine = engine
 
@@ -305,6 +309,10 @@ class Triage:
             raise
         self._second_run = early
         self.baseline = res
+        if self.search_ahead and not res.reused:
+            from bisect_tui.core.bisect.early import start_blocked_build
+
+            start_blocked_build(self)
         if made and made[0] is not None:
             from bisect_tui.core import background
 

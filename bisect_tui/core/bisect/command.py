@@ -119,6 +119,7 @@ def run_bisect_command(args, opts) -> int:
     pool = start_pool(opts, workers, ray, now=bool(ray) or fanout > 1 or (asked or 1) > 1 or bool(devices),
                       devices=devices)
     triage = Triage(opts, progress)
+    triage.search_ahead = fanout == 1 and not ray  # the blocked build starts while the check runs
     try:
         summary = triage.run_all()
         if summary["verdict"] in ("nondeterministic", "nan_inf", "export_mismatch"):

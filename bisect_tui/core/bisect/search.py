@@ -30,6 +30,7 @@ from typing import Callable, Optional
 
 
 from bisect_tui.core import atomic, safepath
+from bisect_tui.core.bisect import early
 from bisect_tui.core.bisect.judge import Judgement, OutputJudge
 from bisect_tui.core.bisect.units import Unit, build_units, marks_for, region_text
 from bisect_tui.core.cancel import Progress
@@ -295,6 +296,10 @@ class Bisector:
         key = plan[3]
         if key in self._prefetched or key in self._cache or any(st.key == key for st in self.steps):
             return
+        started = early.take(self.t, plan[1], plan[2])  # made while the check ran (early.py)
+        if started is not None:
+            self._prefetched[key] = started
+            return
         from bisect_tui.core import background
 
         self._prefetched[key] = background.start(self.pool.run, [self._job(plan)], name="prefetch-build")
@@ -311,9 +316,10 @@ class Bisector:
                           "candidates": len(todo)}},
         ))
         t0 = time.perf_counter()
-        early = [self._prefetched.pop(plans[i][3], None) for i in todo]
-        rest = iter(self.pool.run([j for j, f in zip(jobs, early) if f is None]) if None in early else ())
-        results = [f.result()[0] if f is not None else next(rest) for f in early]
+        started = [self._prefetched.pop(plans[i][3], None) or early.take(self.t, plans[i][1], plans[i][2])
+                   for i in todo]
+        rest = iter(self.pool.run([j for j, f in zip(jobs, started) if f is None]) if None in started else ())
+        results = [f.result()[0] if f is not None else next(rest) for f in started]
         wall = time.perf_counter() - t0
         for i, job, res in zip(todo, jobs, results):
             kind, config, marks, key, region, ids = plans[i]

@@ -1,0 +1,73 @@
+"""The search's "all fusions blocked" build, started while the check runs
+(core/bisect/early.py): real ORT builds on the bundled samples."""
+
+from __future__ import annotations
+
+import threading
+
+from bisect_tui.core.bisect.run import run_bisection
+from bisect_tui.core.pipeline import Triage, TriageOptions
+from bisect_tui.engines.base import EngineConfig
+from bisect_tui.engines.ort.engine import OrtEngine
+
+GELU = EngineConfig(config_entries=(("optimization.enable_gelu_approximation", "1"),))
+
+
+def _triage(model, root, ahead: bool, config=GELU) -> Triage:
+    t = Triage(TriageOptions(model=model, session_dir=root, config=config), lambda p: None)
+    t.search_ahead = ahead  # what the bisect command sets
+    t.run_all()
+    return t
+
+
+def _blocked_threads(monkeypatch) -> list[str]:
+    """The threads that built the engine with every tensor marked."""
+    seen: list[str] = []
+    real = OrtEngine.build
+
+    def build(self, model_path, config, marked=(), workdir=None):
+        if len(marked) > 10:
+            seen.append(threading.current_thread().name)
+        return real(self, model_path, config, marked, workdir)
+
+    monkeypatch.setattr(OrtEngine, "build", build)
+    return seen
+
+
+def _shape(r: dict) -> list:
+    return [(s["kind"], s["passed"], s["ratio"], s["builds"], s["cached"], s.get("worker")) for s in r["steps"]]
+
+
+def test_the_search_takes_the_blocked_build_made_during_the_check(samples, tmp_path, monkeypatch):
+    seen = _blocked_threads(monkeypatch)
+    t = _triage(samples / "deep_stack.onnx", tmp_path / "ahead", True)
+    assert seen and seen[0].startswith("blocked-build")  # started before the search, in its thread
+    assert t.search_builds  # made, not yet taken
+    ahead = run_bisection(t)
+    assert not t.search_builds and len(seen) == 1  # taken by the search: not built twice
+    plain = run_bisection(_triage(samples / "deep_stack.onnx", tmp_path / "plain", False))
+    assert len(seen) == 2 and not seen[1].startswith("blocked-build")  # the search's own (its prefetch)
+    assert _shape(ahead) == _shape(plain)
+    assert ahead["engine_builds"] == plain["engine_builds"]
+    assert [c["original_nodes"] for c in ahead["culprits"]] == [c["original_nodes"] for c in plain["culprits"]]
+    blocked = next(s for s in ahead["steps"] if s["kind"] == "all fusions blocked")
+    assert blocked["passed"] and blocked["marks"] > 10
+
+
+def test_a_passing_check_leaves_it_unrecorded_and_uncounted(samples, tmp_path, monkeypatch):
+    seen = _blocked_threads(monkeypatch)
+    t = _triage(samples / "passing_stack.onnx", tmp_path / "s", True)
+    assert t.fused["passed"]
+    res = run_bisection(t)
+    assert res["verdict"] == "pass" and res["engine_builds"] == 0
+    assert [s["kind"] for s in res["steps"]] == ["full engine"]
+    assert len(seen) == 1 and seen[0].startswith("blocked-build")  # built, asked for by nobody
+
+
+def test_a_resumed_search_does_not_start_it(samples, tmp_path, monkeypatch):
+    run_bisection(_triage(samples / "deep_stack.onnx", tmp_path / "s", False))
+    seen = _blocked_threads(monkeypatch)
+    t = _triage(samples / "deep_stack.onnx", tmp_path / "s", True)
+    assert not t.search_builds
+    again = run_bisection(t)
+    assert not seen and again["engine_builds"] == 0  # every step read back from the session
