@@ -231,6 +231,9 @@ class Triage:
         session.update_meta(options={**self.opts.to_dict(), "session_dir": str(session.root)})
         if not session.model_path.exists():
             save_prepared(info, session.model_path)
+            known = getattr(self.engine, "know_original", None)
+            if known is not None:  # only a file written now: a reused one is read as it is
+                known(session.model_path, info.model, info.index)
         if inputs is None:
             existing = self._load_saved_inputs()
             inputs = existing or generate_inputs(

@@ -290,6 +290,22 @@ def _original_for_map(path: Path) -> onnx.ModelProto:
     return model
 
 
+def _file_key(path: Path) -> tuple:
+    st = os.stat(path)
+    return (str(Path(path).resolve()), st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+def know_original(path: Path, model: onnx.ModelProto, index) -> None:
+    """`model` (every node named) is what the file at `path` holds now, and `index`
+    its GraphIndex: maps of engines built from that file start from them instead
+    of reading and indexing the file again."""
+    from bisect_tui.engines.ort.fusedmap import adopt_original
+
+    _MAP_ORIGINAL[:] = [e for e in _MAP_ORIGINAL if e[0] != _file_key(path)][-(_MAP_ORIGINAL_KEPT - 1):] + [
+        (_file_key(path), model)]
+    adopt_original(model, model, index)
+
+
 def _marking_base(path: Path) -> tuple:
     st = os.stat(path)
     key = (str(Path(path).resolve()), st.st_ino, st.st_size, st.st_mtime_ns)
@@ -314,6 +330,10 @@ class OrtEngine:
     library = "onnxruntime"
     options = OPTIONS
     capabilities = CAPABILITIES
+
+    def know_original(self, model_path: Path, model, index) -> None:
+        """The checklist's own copy and index of the prepared model it has just written."""
+        know_original(model_path, model, index)
 
     def warm_up(self, model_path: Optional[Path] = None) -> None:
         """What a build worker does before its first job, while the parent is
