@@ -203,6 +203,9 @@ class GroupRun:
     skipped: list[str]  # tensors ORT could not return as arrays (sequences, maps)
 
 
+NO_SPIN = ("session.intra_op.allow_spinning", "0")
+
+
 def make_session(model: onnx.ModelProto, level: str = "disable", threads: int = 0):
     import onnxruntime as ort
 
@@ -214,6 +217,10 @@ def make_session(model: onnx.ModelProto, level: str = "disable", threads: int = 
         "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
     }[level]
     so.enable_cpu_mem_arena = False  # let freed activations go back to the OS
+    # ORT's pool threads spin after each parallel op by default: CPU taken from the
+    # builds and the Python this tool runs beside its sessions (a tenth to a fifth of
+    # the wall time of a bisection on two cores); values do not depend on it
+    so.add_session_config_entry(NO_SPIN[0], NO_SPIN[1])
     if threads:
         so.intra_op_num_threads = threads
     quiet_ort()
