@@ -464,3 +464,20 @@ def test_misspelt_session_config_key_is_refused_with_a_suggestion(samples, tmp_p
     err = capsys.readouterr().err
     assert code == 2
     assert "does not know this session config key" in err and "optimization.enable_gelu_approximation" in err
+
+
+def test_sessions_are_made_without_spinning_pool_threads_unless_asked(block, tmp_path, feeds):
+    """ORT's pool threads spin after each parallel op by default, taking a core from
+    the builds and the Python beside them: every session this tool makes turns it
+    off, and a user's own --ort-config value for it is kept."""
+    from bisect_tui.core.runner import make_session
+
+    key = "session.intra_op.allow_spinning"
+    opts = lambda s: s.get_session_options()  # noqa: E731
+    assert opts(build(block, tmp_path, level="all")._session).get_session_config_entry(key) == "0"
+    mine = build(block, tmp_path / "u", level="all", config_entries=((key, "1"),))
+    assert opts(mine._session).get_session_config_entry(key) == "1"
+    assert opts(make_session(onnx.load(str(block)))).get_session_config_entry(key) == "0"
+    # and the values are the same either way
+    a = build(block, tmp_path / "a", level="all").run(feeds)
+    np.testing.assert_array_equal(a["y"], mine.run(feeds)["y"])
