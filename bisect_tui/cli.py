@@ -511,6 +511,9 @@ def entry() -> None:
     the model's thousands of protobuf objects: 50-200 ms that nobody waits
     for. The exit handlers (a determinism run to stop) and the streams are
     run and flushed first; the code is main()'s."""
+    from bisect_tui.core.threads import limit_blas
+
+    limit_blas(os.environ)  # before numpy loads its BLAS (core/threads.py)
     code = main()
     import atexit
     import logging

@@ -142,7 +142,7 @@ class SecondRun:
         if self.truth_outputs:
             plan["truth"] = {"outputs": self.truth_outputs, "file": self.truth_path}
         atomic.write_json(Path(self.plan_path), plan)
-        from bisect_tui.core.second_run import take_prestarted
+        from bisect_tui.core.second_run import child_env, take_prestarted
 
         cmd = [sys.executable, "-m", "bisect_tui.core.second_run", str(session.root), self.plan_path]
         try:
@@ -157,7 +157,7 @@ class SecondRun:
                     waiting.wait()
                     waiting = None
             self.proc = waiting or subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                                    text=True, stdin=subprocess.DEVNULL)
+                                                    text=True, stdin=subprocess.DEVNULL, env=child_env())
         except BaseException:
             self._unlink_plan()
             raise

@@ -34,13 +34,22 @@ def prestart() -> None:
     try:
         proc = subprocess.Popen([sys.executable, "-m", "bisect_tui.core.second_run", "--stdin"],
                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                text=True)
+                                text=True, env=child_env())
     except OSError:
         return  # SecondRun starts its own when the time comes
     _PRESTARTED.append(proc)
 
 
 _PRESTARTED: list = []
+
+
+def child_env() -> dict:
+    """This process's environment for the second run, BLAS threads limited (threads.py)."""
+    import os
+
+    from bisect_tui.core.threads import limit_blas
+
+    return dict(limit_blas(dict(os.environ)))
 
 
 def take_prestarted():
