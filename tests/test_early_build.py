@@ -71,3 +71,41 @@ def test_a_resumed_search_does_not_start_it(samples, tmp_path, monkeypatch):
     assert not t.search_builds
     again = run_bisection(t)
     assert not seen and again["engine_builds"] == 0  # every step read back from the session
+
+
+def test_the_suspects_attribution_build_starts_after_the_check_and_is_taken(samples, tmp_path, monkeypatch):
+    """After a failing check, the probe's first suspect's pass is found on its
+    subgraph and the full engine without it is built in a thread before the search
+    starts (what the bisect command does); the search's attribution takes it. Steps,
+    build count, the pass and the rest proof are those of the search without it."""
+    from bisect_tui.core.bisect.early import start_attribution_build
+
+    seen: list[str] = []
+    real = OrtEngine.build
+
+    def build(self, model_path, config, marked=(), workdir=None):
+        if config.disabled_optimizers and not marked and workdir is not None:
+            seen.append(threading.current_thread().name)
+        return real(self, model_path, config, marked, workdir)
+
+    monkeypatch.setattr(OrtEngine, "build", build)
+    t = _triage(samples / "transformer_block.onnx", tmp_path / "early", True)
+    assert not t.fused["passed"]
+    start_attribution_build(t)
+    assert seen and seen[0].startswith("attribution-build") and len(t.search_builds) == 2  # with the blocked
+    early = run_bisection(t)
+    assert len(seen) == 1 and not t.search_builds  # taken: not built again
+    plain = run_bisection(_triage(samples / "transformer_block.onnx", tmp_path / "plain", False))
+    assert _shape(early) == _shape(plain) and early["engine_builds"] == plain["engine_builds"]
+    assert [c["attribution"]["confirmed"] for c in early["culprits"]] == [["GeluApproximation"]]
+    assert ([c["attribution"]["group_test"]["found"] for c in early["culprits"]]
+            == [c["attribution"]["group_test"]["found"] for c in plain["culprits"]])
+    assert early["rest_proven_by"] == plain["rest_proven_by"]
+
+
+def test_no_attribution_build_ahead_of_a_passing_check(samples, tmp_path):
+    from bisect_tui.core.bisect.early import start_attribution_build
+
+    t = _triage(samples / "passing_stack.onnx", tmp_path / "s", True)
+    start_attribution_build(t)
+    assert [k[0] for k in t.search_builds] == [repr(sorted(GELU.to_dict().items()))]  # the blocked build only

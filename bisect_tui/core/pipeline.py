@@ -175,6 +175,7 @@ class Triage:
         # done (bisect/early.py), and the search takes it from `search_builds`
         self.search_ahead = False
         self.search_builds: dict = {}
+        self.fused_map_objs = None  # (optimized graph, config, [FusedNode]) of the engine run_fused built
         self._torch = None  # frontends.torch.step.TorchPrepared
         self._engine = engine
 
@@ -533,10 +534,13 @@ class Triage:
                 self.progress(Progress("fused", f"running sample {k + 1}/{self.inputs.samples}", k, self.inputs.samples))
                 per_sample.append(built.run(self.inputs.feeds(k)))
             self._save_fused_outputs(workdir, key, per_sample)
-            fused_nodes = [n.to_dict() for n in built.fused_nodes]
+            fused_objs = list(built.fused_nodes)
+            fused_nodes = [n.to_dict() for n in fused_objs]
             precision_used = self._precision_used(built, config)
             atomic.write_json(workdir / "fused_nodes.json", fused_nodes)
             optimized = str(built.optimized_model_path) if built.optimized_model_path else None
+            # the search maps this same engine first: it takes these objects, not the file
+            self.fused_map_objs = (optimized, config, fused_objs)
         except EngineBuildError as exc:
             return self._fused_failed(key, config, exc, t0)
         finally:

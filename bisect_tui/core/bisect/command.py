@@ -122,6 +122,10 @@ def run_bisect_command(args, opts) -> int:
     triage.search_ahead = fanout == 1 and not ray  # the blocked build starts while the check runs
     try:
         summary = triage.run_all()
+        if triage.search_ahead and summary["verdict"] == "fail":
+            from bisect_tui.core.bisect.early import start_attribution_build
+
+            start_attribution_build(triage)  # the probe's suspect without its pass, built from now on
         if summary["verdict"] in ("nondeterministic", "nan_inf", "export_mismatch"):
             progress.close()
             print(term(check_text(summary), keep_newlines=True))

@@ -1,4 +1,4 @@
-"""The search's first whole-graph build, started while the checklist still runs.
+"""The search's whole-graph builds that need no search, started before it.
 
 A failing `bisect` always builds "all fusions blocked" first (the engine with
 every tensor marked): it needs only the prepared model and the inputs, not the
@@ -10,6 +10,12 @@ prefetch (Bisector.prefetch): the steps, their order and the build count are
 the search's own. A build nobody asks for (the check passed, the search was
 cancelled, the step was already in the session) is left to finish and is
 neither recorded nor counted.
+
+The same holds for the probe's suspect once the check has judged the engine:
+its pass is found on its subgraph (its tags, else group testing) and the full
+engine with that pass disabled, which its attribution, the rest proof and the
+workaround build once the search confirms the suspect, is started then
+(`start_attribution_build`), a few tenths of a second before the search would.
 """
 
 from __future__ import annotations
@@ -26,35 +32,89 @@ def _key(config: EngineConfig, marks) -> tuple:
             hashlib.sha1("\n".join(sorted(marks)).encode()).hexdigest())
 
 
-def start_blocked_build(triage) -> None:
-    """For an engine whose builds may run in a thread (Capabilities.concurrent_builds),
-    two cores or more, weights small next to the memory budget (the build holds a
-    copy while the check runs), and a session without search steps yet."""
+def _may_start(triage) -> bool:
+    """An engine whose builds may run in a thread (Capabilities.concurrent_builds),
+    two cores or more, weights small next to the memory budget (a build holds a
+    copy meanwhile), and a session without search steps yet."""
     caps = getattr(triage.engine, "capabilities", None)
     if not getattr(caps, "concurrent_builds", False) or (os.cpu_count() or 1) < 2:
-        return
+        return False
     info, session, inputs = triage.info, triage.session, triage.inputs
     if info is None or session is None or inputs is None:
-        return
+        return False
     if info.initializer_bytes * 4 > triage.max_memory // 8:
-        return
+        return False
     steps = session.bisect_dir / "steps.jsonl"
-    if steps.exists() and steps.stat().st_size:
-        return  # a resumed search: its first steps are likely on record already
+    return not (steps.exists() and steps.stat().st_size)  # a resumed search has its steps on record
+
+
+def _start(triage, config: EngineConfig, marks: tuple, workdir, name: str) -> None:
+    """The build the search's BuildPool would make for this candidate (pool.build_and_run)."""
     from bisect_tui.core import background
     from bisect_tui.core.bisect.pool import BuildJob, build_and_run
 
-    config = triage.opts.config
-    marks = tuple(info.index.intermediate_tensors())
-    job = BuildJob(config=config.to_dict(), marks=marks, workdir=None,
+    caps = getattr(triage.engine, "capabilities", None)
+    info, inputs = triage.info, triage.inputs
+    job = BuildJob(config=config.to_dict(), marks=marks, workdir=str(workdir) if workdir is not None else None,
                    want_unblocked=bool(marks) and not (caps is None or caps.marking_blocks),
                    outputs=tuple(info.outputs))
     feeds = [inputs.feeds(k) for k in range(inputs.samples)]
+    model = str(triage.session.model_path)
 
     def build() -> list:
-        return [build_and_run(triage.engine, str(session.model_path), feeds, job, "main", list(info.outputs))]
+        return [build_and_run(triage.engine, model, feeds, job, "main", list(info.outputs))]
 
-    triage.search_builds[_key(config, marks)] = background.start(build, name="blocked-build")
+    triage.search_builds[_key(config, marks)] = background.start(build, name=name)
+
+
+def start_blocked_build(triage) -> None:
+    """"All fusions blocked" of the user's config (Bisector.run's first build)."""
+    if _may_start(triage):
+        _start(triage, triage.opts.config, tuple(triage.info.index.intermediate_tensors()), None, "blocked-build")
+
+
+def start_attribution_build(triage) -> None:
+    """The full engine without the pass that made the probe's first suspect,
+    chosen as Bisector._suspect_at_user_level chooses it: only after a failing
+    check that mapped its engine, and where the search takes that path."""
+    made = triage.fused_map_objs
+    fused = triage.fused
+    if not made or not fused or fused.get("passed") or not _may_start(triage):
+        return
+    optimized, config, objs = made
+    if config != triage.opts.config or not optimized or optimized != fused.get("optimized_model"):
+        return
+    from bisect_tui.core.bisect.attribution import first_guesses
+    from bisect_tui.core.bisect.probe import run_probe
+    from bisect_tui.core.bisect.subgraph_check import write_subgraph
+    from bisect_tui.core.bisect.units import build_units
+    from bisect_tui.engines.base import LEVELS
+
+    caps = getattr(triage.engine, "capabilities", None)
+    levels = tuple(caps.levels) if caps is not None else LEVELS
+    amplifies = bool(((fused.get("sensitivity") or {}).get("amplifies")))
+    if amplifies or config.level == levels[0] or len(levels) < 2:
+        return  # the search stays at this level without trying the suspect first
+    units = build_units(objs, triage.info.index)
+    probe = run_probe(triage, optimized, units)  # the check's per-tensor errors, kept in this process
+    by_idx = {u.index: u for u in units}
+    coarse = set(getattr(caps, "coarse_domains", ()) or ())
+    seeds = [by_idx[i] for i in probe.get("suspects", []) if i in by_idx and by_idx[i].blockable]
+    batch = [u for u in seeds if u.domain not in coarse]
+    if not batch:
+        return
+    u = batch[0]
+    written = write_subgraph(triage, u, triage.session.bisect_dir / "subgraphs" / f"unit_{u.index}")
+    if written is None:
+        return
+    from types import SimpleNamespace
+
+    names, _ = first_guesses(SimpleNamespace(engine=triage.engine, config=config, t=triage), [u], written[0])
+    for n in names:
+        cfg = config.with_disabled([n])
+        workdir = triage.engine_dir(cfg)
+        workdir.mkdir(parents=True, exist_ok=True)
+        _start(triage, cfg, (), workdir, "attribution-build")
 
 
 def take(triage, config: EngineConfig, marks) -> Optional[object]:

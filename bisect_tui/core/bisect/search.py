@@ -522,6 +522,9 @@ class Bisector:
             optimized=fused["optimized_model"],
         ).to_dict()
         self._append({**self._cache[key], "at": now_iso(), "from": "check.json"})
+        made = getattr(self.t, "fused_map_objs", None)
+        if made and made[0] == fused["optimized_model"] and made[1] == self.config:
+            self._maps[key] = (made[2], made[0])  # the check's map, in memory: not read back from its file
 
     def adopt_full_engine(self, step: Step) -> None:
         """Another search already built and judged this search's full engine
