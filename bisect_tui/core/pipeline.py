@@ -367,12 +367,9 @@ class Triage:
         built beside the dump, and run_fused takes it. Only for a model whose weights
         are a small share of the memory budget (the build holds a copy while the
         dump runs), and not when check.json already holds this verdict."""
-        caps = getattr(self.engine, "capabilities", None)
-        if not getattr(caps, "concurrent_builds", False) or (os.cpu_count() or 1) < 2:
+        if not self.may_build_beside():
             return
         assert self.info and self.session and self.inputs
-        if self.info.initializer_bytes * 4 > self.max_memory // 8:
-            return
         from bisect_tui.core.baseline import baseline_key
 
         config = self.opts.config
@@ -385,6 +382,14 @@ class Triage:
         workdir.mkdir(parents=True, exist_ok=True)
         future = background.start(self.engine.build, self.session.model_path, config, (), workdir, name="fused-build")
         self._fused_build = (config, workdir, future)
+
+    def may_build_beside(self) -> bool:
+        """Engine builds may run in a thread beside other work: an engine whose builds
+        let go of the GIL (Capabilities.concurrent_builds), two cores or more, and
+        weights a small share of the memory budget (such a build holds a copy meanwhile)."""
+        caps = getattr(self.engine, "capabilities", None)
+        return (bool(getattr(caps, "concurrent_builds", False)) and (os.cpu_count() or 1) >= 2
+                and self.info is not None and self.info.initializer_bytes * 4 <= self.max_memory // 8)
 
     def _sensitivity_key(self, baseline_key: str) -> str:
         return stable_key("sensitivity/v1", baseline_key, self.opts.tolerance.to_dict())

@@ -135,19 +135,18 @@ def _no_switches(engine) -> bool:
     return caps is not None and not caps.pass_switches
 
 
-def first_guesses(bisector, units: list[Unit], subgraph=None) -> tuple[list[str], Optional[dict]]:
-    """The passes attribute() rebuilds the full engine without first, found
-    without a whole-graph build: the culprit's tags, else group testing on its
+def first_guesses(engine, config, units: list[Unit], subgraph=None, cancel=None) -> tuple[list[str], Optional[dict]]:
+    """The passes attribute() rebuilds the full engine (of `config`) without first,
+    found without a whole-graph build: the culprit's tags, else group testing on its
     subgraph (returned too, for attribute's `grouped`)."""
-    engine = bisector.engine
     if _no_switches(engine):
         return [], None
     known = engine.known_optimizers()
     cands = candidate_optimizers(units, known)
     if cands or subgraph is None:
         return cands, None
-    names = sorted(set(known) - set(bisector.config.disabled_optimizers))
-    grouped = group_test(engine, subgraph, bisector.config, units, names, bisector.t.cancel)
+    names = sorted(set(known) - set(config.disabled_optimizers))
+    grouped = group_test(engine, subgraph, config, units, names, cancel)
     return ([grouped["found"]] if grouped["found"] else []), grouped
 
 

@@ -21,7 +21,6 @@ workaround build once the search confirms the suspect, is started then
 from __future__ import annotations
 
 import hashlib
-import os
 from typing import Optional
 
 from bisect_tui.engines.base import EngineConfig
@@ -33,18 +32,11 @@ def _key(config: EngineConfig, marks) -> tuple:
 
 
 def _may_start(triage) -> bool:
-    """An engine whose builds may run in a thread (Capabilities.concurrent_builds),
-    two cores or more, weights small next to the memory budget (a build holds a
-    copy meanwhile), and a session without search steps yet."""
-    caps = getattr(triage.engine, "capabilities", None)
-    if not getattr(caps, "concurrent_builds", False) or (os.cpu_count() or 1) < 2:
+    """Builds beside other work (Triage.may_build_beside), and a session without
+    search steps yet."""
+    if triage.session is None or triage.inputs is None or not triage.may_build_beside():
         return False
-    info, session, inputs = triage.info, triage.session, triage.inputs
-    if info is None or session is None or inputs is None:
-        return False
-    if info.initializer_bytes * 4 > triage.max_memory // 8:
-        return False
-    steps = session.bisect_dir / "steps.jsonl"
+    steps = triage.session.bisect_dir / "steps.jsonl"
     return not (steps.exists() and steps.stat().st_size)  # a resumed search has its steps on record
 
 
@@ -86,30 +78,22 @@ def start_attribution_build(triage) -> None:
         return
     from bisect_tui.core.bisect.attribution import first_guesses
     from bisect_tui.core.bisect.probe import run_probe
+    from bisect_tui.core.bisect.search import suspects_to_try, tries_suspect_first
     from bisect_tui.core.bisect.subgraph_check import write_subgraph
     from bisect_tui.core.bisect.units import build_units
-    from bisect_tui.engines.base import LEVELS
 
-    caps = getattr(triage.engine, "capabilities", None)
-    levels = tuple(caps.levels) if caps is not None else LEVELS
-    amplifies = bool(((fused.get("sensitivity") or {}).get("amplifies")))
-    if amplifies or config.level == levels[0] or len(levels) < 2:
-        return  # the search stays at this level without trying the suspect first
+    if not tries_suspect_first(triage.engine, config, fused):
+        return  # the search does not start from the suspect: its builds decide
     units = build_units(objs, triage.info.index)
-    probe = run_probe(triage, optimized, units)  # the check's per-tensor errors, kept in this process
-    by_idx = {u.index: u for u in units}
-    coarse = set(getattr(caps, "coarse_domains", ()) or ())
-    seeds = [by_idx[i] for i in probe.get("suspects", []) if i in by_idx and by_idx[i].blockable]
-    batch = [u for u in seeds if u.domain not in coarse]
+    # the check's per-tensor errors, kept in this process: the same suspects the search reads
+    batch = suspects_to_try(triage.engine, units, run_probe(triage, optimized, units))
     if not batch:
         return
     u = batch[0]
     written = write_subgraph(triage, u, triage.session.bisect_dir / "subgraphs" / f"unit_{u.index}")
     if written is None:
         return
-    from types import SimpleNamespace
-
-    names, _ = first_guesses(SimpleNamespace(engine=triage.engine, config=config, t=triage), [u], written[0])
+    names, _ = first_guesses(triage.engine, config, [u], written[0], triage.cancel)
     for n in names:
         cfg = config.with_disabled([n])
         workdir = triage.engine_dir(cfg)

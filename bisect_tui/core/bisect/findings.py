@@ -90,12 +90,7 @@ class Findings:
         return [cfg.with_disabled([n]) for n in self._guesses[key][0]]
 
     def _first_guesses(self, group: list[Unit], cfg, subgraph: Optional[Path]):
-        saved = self.bis.config
-        self.bis.config = cfg
-        try:
-            return first_guesses(self.bis, group, subgraph)
-        finally:
-            self.bis.config = saved
+        return first_guesses(self.bis.engine, cfg, group, subgraph, self.t.cancel)
 
     def rest_proof(self, groups: list[list[Unit]], units: list[Unit], cfg):
         """The step proving that every fusion but `groups` passes together, or None.

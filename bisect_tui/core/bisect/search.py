@@ -549,7 +549,7 @@ class Bisector:
         confirmed: Optional[Unit] = None
         # in an amplifying model the lowest failing level only shows amplified reordering:
         # every fusion of the user's level is judged locally instead
-        users_level = self.amplifies() or self.config.level == self.levels[0] or len(self.levels) < 2
+        users_level = not tries_suspect_first(self.engine, self.config, self.t.fused)
         blocked_cand = Candidate("all fusions blocked", None, marks=list(self._all_tensors))
         if not users_level and probe_fn:
             # the probe of the user's own engine (the check built it) and its suspect on
@@ -721,13 +721,8 @@ class Bisector:
             return None
         if not optimized:
             return None
-        probe = probe_fn(optimized, units)
-        by_idx = {u.index: u for u in units}
-        seeds = [by_idx[i] for i in probe.get("suspects", []) if i in by_idx and by_idx[i].blockable]
-        caps = getattr(self.engine, "capabilities", None)
-        coarse = set(getattr(caps, "coarse_domains", ()) or ())
-        # a layout-rewritten node stands for a whole trunk: the lower levels' finer map is worth their builds
-        batch = [u for u in seeds if u.domain not in coarse][: max(1, min(self.fanout, MAX_SEED_TRIES))]
+        batch = suspects_to_try(self.engine, units, probe_fn(optimized, units))
+        batch = batch[: max(1, min(self.fanout, MAX_SEED_TRIES))]
         if not batch:
             return None
         self._prefetch_attribution(batch[0])
@@ -871,6 +866,27 @@ class Bisector:
         result["engine_builds_all_runs"] = len(self._cache)
         result["seconds"] = time.perf_counter() - t0
         return result
+
+
+def tries_suspect_first(engine, config: EngineConfig, fused: Optional[dict]) -> bool:
+    """Whether the search tries the probe's suspect alone at the user's level before
+    anything else: not in a model that amplifies rounding (the check's sensitivity),
+    not when that level is already the lowest."""
+    caps = getattr(engine, "capabilities", None)
+    levels = tuple(caps.levels) if caps is not None else LEVELS
+    amplifies = bool(((fused or {}).get("sensitivity") or {}).get("amplifies"))
+    return not (amplifies or config.level == levels[0] or len(levels) < 2)
+
+
+def suspects_to_try(engine, units: list[Unit], probe: dict) -> list[Unit]:
+    """The probe's suspects (own error, most first) that marking can block, less the
+    nodes a layout rewrite made: such a node stands for a whole trunk, and the lower
+    levels' finer map is worth their builds."""
+    by_idx = {u.index: u for u in units}
+    caps = getattr(engine, "capabilities", None)
+    coarse = set(getattr(caps, "coarse_domains", ()) or ())
+    seeds = [by_idx[i] for i in probe.get("suspects", []) if i in by_idx and by_idx[i].blockable]
+    return [u for u in seeds if u.domain not in coarse]
 
 
 def split_points(lo: int, hi: int, k: int) -> list[int]:
