@@ -273,14 +273,18 @@ _MAP_ORIGINAL: list = []  # [(file identity, model)], newest last: the original 
 _MAP_ORIGINAL_KEPT = 4  # the whole model and the subgraphs a search maps against in turn
 
 
+def _file_key(path: Path) -> tuple:
+    st = os.stat(path)
+    return (str(Path(path).resolve()), st.st_ino, st.st_size, st.st_mtime_ns)
+
+
 def _original_for_map(path: Path) -> onnx.ModelProto:
     """The model a fused-node map starts from (no weights), read once per file
     identity: every build of a search maps back to the same original graph, and
     fused_node_map keeps that graph's index while the object is the same
     (its load and index were a third of a map on a 5,000-node model); a
     subgraph mapped in between does not push the whole model out."""
-    st = os.stat(path)
-    key = (str(Path(path).resolve()), st.st_ino, st.st_size, st.st_mtime_ns)
+    key = _file_key(path)
     for k, (have, model) in enumerate(_MAP_ORIGINAL):
         if have == key:
             _MAP_ORIGINAL.append(_MAP_ORIGINAL.pop(k))
@@ -290,25 +294,19 @@ def _original_for_map(path: Path) -> onnx.ModelProto:
     return model
 
 
-def _file_key(path: Path) -> tuple:
-    st = os.stat(path)
-    return (str(Path(path).resolve()), st.st_ino, st.st_size, st.st_mtime_ns)
-
-
 def know_original(path: Path, model: onnx.ModelProto, index) -> None:
     """`model` (every node named) is what the file at `path` holds now, and `index`
     its GraphIndex: maps of engines built from that file start from them instead
     of reading and indexing the file again."""
     from bisect_tui.engines.ort.fusedmap import adopt_original
 
-    _MAP_ORIGINAL[:] = [e for e in _MAP_ORIGINAL if e[0] != _file_key(path)][-(_MAP_ORIGINAL_KEPT - 1):] + [
-        (_file_key(path), model)]
+    key = _file_key(path)
+    _MAP_ORIGINAL[:] = [e for e in _MAP_ORIGINAL if e[0] != key][-(_MAP_ORIGINAL_KEPT - 1):] + [(key, model)]
     adopt_original(model, model, index)
 
 
 def _marking_base(path: Path) -> tuple:
-    st = os.stat(path)
-    key = (str(Path(path).resolve()), st.st_ino, st.st_size, st.st_mtime_ns)
+    key = _file_key(path)  # (path, inode, size, mtime)
     hit = _BASE_CACHE.get(key)
     if hit is not None:
         return hit
@@ -316,7 +314,7 @@ def _marking_base(path: Path) -> tuple:
     # marks go in untyped: ORT types each from the node that makes it, fp16 ones too,
     # so the marked builds need no shape inference (0.07 s on a 5,000-node model)
     entry = (model, _existing_tensors(model), {})
-    if st.st_size <= _BASE_CACHE_MAX_BYTES and not _uses_external_data(model):
+    if key[2] <= _BASE_CACHE_MAX_BYTES and not _uses_external_data(model):
         _BASE_CACHE.clear()  # one model at a time: the search's
         _BASE_CACHE[key] = entry
     return entry
