@@ -657,9 +657,6 @@ def _remember(path: Path, arr: np.ndarray, offset: Optional[int] = None) -> None
     _cache_put(_cache_key(path, st) + ((offset,) if offset is not None else ()), arr)
 
 
-_PACK_READ: list = []  # [(file identity, the pack's bytes)]: the last pack read
-
-
 def _load_packed(path: Path, st: os.stat_result, e: dict) -> np.ndarray:
     ident = _cache_key(path, st)
     key = ident + (e.get("offset"),)
@@ -667,11 +664,12 @@ def _load_packed(path: Path, st: os.stat_result, e: dict) -> np.ndarray:
     if hit is not None:
         _CACHE.move_to_end(key)
         return hit
-    if not (_PACK_READ and _PACK_READ[0][0] == ident):
+    def read() -> bytes:
         with safepath.open_read(path.parent, path.name) as fh:
-            _PACK_READ[:] = [(ident, fh.read())]
+            return fh.read()
+
     try:
-        arr = baseline_pack.array_at(_PACK_READ[0][1], e.get("offset"))
+        arr = baseline_pack.array_at(baseline_pack.read_once(ident, read), e.get("offset"))
     except ValueError as exc:
         raise safepath.UnsafePath(f"baseline pack {path.name}: {exc}") from None
     _cache_put(key, arr)

@@ -27,7 +27,7 @@ import struct
 import tempfile
 import zlib
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
 import numpy as np
 
@@ -131,6 +131,18 @@ class PackWriter:
             os.unlink(self.tmp)
         except OSError:
             pass
+
+
+_LAST_READ: list = []  # [(file identity, the pack's bytes)]: the last pack a reader asked for
+
+
+def read_once(identity: tuple, read: Callable[[], bytes]) -> bytes:
+    """The bytes of the pack with this file identity (path, inode, size, mtime),
+    `read()` only when it is not the last pack read: the tensors of one pack are
+    asked for one after the other, thousands of them."""
+    if not (_LAST_READ and _LAST_READ[0][0] == identity):
+        _LAST_READ[:] = [(identity, read())]
+    return _LAST_READ[0][1]
 
 
 def npy_bytes(header: bytes, samples: list[np.ndarray]) -> bytes:

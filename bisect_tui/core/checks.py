@@ -76,7 +76,7 @@ def check_determinism(
     if started is not None and [sorted(g) for g in started.groups] != [sorted(g) for g in groups]:
         started.abort()
         started = None
-    run = started or SecondRun(session, shapes, groups, cancel)
+    run = started or SecondRun(session, groups, cancel)
     digests = run.collect(progress)
     idx = manifest_index(manifest)
     differing = []
@@ -114,7 +114,7 @@ class SecondRun:
     dump and run beside it on another core; `collect` waits for its digests.
     Cancellable at any time; errors are one line."""
 
-    def __init__(self, session: Session, shapes, groups: list[list[str]], cancel: Optional[CancelToken],
+    def __init__(self, session: Session, groups: list[list[str]], cancel: Optional[CancelToken],
                  truth_outputs: Optional[list[str]] = None):
         """`truth_outputs`: after the digests, the child also runs the model in
         float64 (the arbiter's truth, which needs nothing from the engine) for these
@@ -138,7 +138,7 @@ class SecondRun:
         os.close(fd)
         self.truth_path = self.plan_path[: -len(".json")] + ".truth.npz"
         self.truth_outputs = list(truth_outputs) if truth_outputs else None
-        plan = {"shapes": shapes, "groups": groups}
+        plan: dict = {"groups": groups}  # the session holds the model and the exact inputs
         if self.truth_outputs:
             plan["truth"] = {"outputs": self.truth_outputs, "file": self.truth_path}
         atomic.write_json(Path(self.plan_path), plan)

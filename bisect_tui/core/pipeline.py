@@ -8,7 +8,6 @@ reuses a valid earlier result) and writes its own result there.
 
 from __future__ import annotations
 
-import os
 import time
 import zipfile
 from dataclasses import dataclass, field
@@ -35,6 +34,7 @@ from bisect_tui.core.inputs import (
     resolve_shapes,
 )
 from bisect_tui.core.model import ModelInfo, load_model_info, save_prepared
+from bisect_tui.core.threads import cores
 from bisect_tui.core.runner import default_max_memory, set_engine_log
 from bisect_tui.core.session import Session, default_session_dir, now_iso, stable_key
 from bisect_tui.core.tolerance import ToleranceSpec, parse_tolerance
@@ -334,7 +334,7 @@ class Triage:
         start and its run overlap the dump on another core. Only for a model
         whose activations are a small share of the memory budget (both runs
         hold theirs at once) and one group; otherwise it runs after the dump."""
-        if not self.opts.check_determinism or (os.cpu_count() or 1) < 2:
+        if not self.opts.check_determinism or cores() < 2:
             return None
         from bisect_tui.core.baseline import baseline_key
         from bisect_tui.core.checks import SecondRun, determinism_plan
@@ -355,7 +355,7 @@ class Triage:
         # the arbiter's float64 truth needs only the model and inputs: the second
         # process computes it next (the torch front end's truth comes from torch)
         truth = list(self.info.outputs) if self.opts.arbiter and self._torch is None else None
-        return SecondRun(self.session, self.shapes, groups, self.cancel, truth_outputs=truth)
+        return SecondRun(self.session, groups, self.cancel, truth_outputs=truth)
 
     def _fused_key(self, baseline_key: str, config: EngineConfig) -> str:
         return stable_key("fused/v4", baseline_key, self.opts.engine, self.opts.compare_tensors,
@@ -388,7 +388,7 @@ class Triage:
         let go of the GIL (Capabilities.concurrent_builds), two cores or more, and
         weights a small share of the memory budget (such a build holds a copy meanwhile)."""
         caps = getattr(self.engine, "capabilities", None)
-        return (bool(getattr(caps, "concurrent_builds", False)) and (os.cpu_count() or 1) >= 2
+        return (bool(getattr(caps, "concurrent_builds", False)) and cores() >= 2
                 and self.info is not None and self.info.initializer_bytes * 4 <= self.max_memory // 8)
 
     def _sensitivity_key(self, baseline_key: str) -> str:
@@ -398,7 +398,7 @@ class Triage:
         """The sensitivity check's 1-ulp run needs the model and inputs only: run it
         in a thread beside the dump (ORT lets go of the GIL), for a model whose
         activations are a small share of the memory budget."""
-        if (os.cpu_count() or 1) < 2 or not any(a.dtype.kind == "f" for a in self.inputs.arrays.values()):
+        if cores() < 2 or not any(a.dtype.kind == "f" for a in self.inputs.arrays.values()):
             return
         from bisect_tui.core.baseline import baseline_key
         from bisect_tui.core.runner import model_sizes
@@ -483,11 +483,9 @@ class Triage:
         got = src.truth() if src is not None else None
         if got is not None and set(got[0]) == set(outputs):
             return got
-        from bisect_tui.core.reference import Float64Reference
+        from bisect_tui.core.reference import float64_outputs
 
-        ref = Float64Reference(self.info.model)
-        runs = [ref.run(self.inputs.feeds(k), outputs) for k in range(self.inputs.samples)]
-        return {n: np.stack([r[n] for r in runs]) for n in outputs}, ref.ran_with, ref.fallback_reason
+        return float64_outputs(self.info.model, self.inputs, outputs)
 
     # step 4 -----------------------------------------------------------------
     def run_range_check(self) -> dict:

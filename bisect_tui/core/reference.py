@@ -145,3 +145,12 @@ class Float64Reference:
                 + (self.fallback_reason + "; " if self.fallback_reason else "")
                 + f"onnxruntime in double: {_first_line(exc)}"
             ) from None
+
+
+def float64_outputs(model: onnx.ModelProto, inputs, outputs: Sequence[str]):
+    """The graph `outputs` in float64 for every sample of `inputs`, stacked on a
+    samples axis: (arrays by name, what computed them, why the first evaluator did not)."""
+    ref = Float64Reference(model)
+    runs = [ref.run(inputs.feeds(k), outputs) for k in range(inputs.samples)]
+    return ({n: np.stack([np.asarray(r[n]) for r in runs]) for n in outputs}, ref.ran_with,
+            ref.fallback_reason)

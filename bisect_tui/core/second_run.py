@@ -22,14 +22,11 @@ def prestart() -> None:
     imported its libraries: it imports numpy, onnx and ONNX Runtime while this
     one does, then waits on its stdin for the session and plan (SecondRun hands
     them over). Unused, it exits when this process does (its stdin closes)."""
-    import os
     import subprocess
 
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        cores = os.cpu_count() or 1
-    if cores < 2 or _PRESTARTED:
+    from bisect_tui.core.threads import cores
+
+    if cores() < 2 or _PRESTARTED:
         return  # one core: the child would only slow this process down
     try:
         proc = subprocess.Popen([sys.executable, "-m", "bisect_tui.core.second_run", "--stdin"],
@@ -122,19 +119,18 @@ def _float64_truth(model, inputs, outputs: list[str], dest: str) -> None:
     import numpy as np
 
     from bisect_tui.core.errors import UserError
-    from bisect_tui.core.reference import Float64Reference
+    from bisect_tui.core.reference import float64_outputs
 
     try:
-        ref = Float64Reference(model)
-        runs = [ref.run(inputs.feeds(k), outputs) for k in range(inputs.samples)]
+        arrays, ran_with, fallback_reason = float64_outputs(model, inputs, outputs)
     except UserError as exc:
         print(json.dumps({"truth_error": str(exc)}), flush=True)
         return
     part = dest + ".part"
     with open(part, "wb") as fh:
-        np.savez(fh, **{f"o{i}": np.stack([np.asarray(r[n]) for r in runs]) for i, n in enumerate(outputs)})
+        np.savez(fh, **{f"o{i}": arrays[n] for i, n in enumerate(outputs)})
     os.replace(part, dest)
-    print(json.dumps({"truth": {"ran_with": ref.ran_with, "fallback_reason": ref.fallback_reason}}), flush=True)
+    print(json.dumps({"truth": {"ran_with": ran_with, "fallback_reason": fallback_reason}}), flush=True)
 
 
 def _exit_now(code: int) -> None:

@@ -18,6 +18,8 @@ BLAS_THREAD_VARS = ("OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 
 
 def cores() -> int:
+    """The cores this process may run on (its affinity, which a container or
+    `taskset` narrows), not the machine's."""
     try:
         return len(os.sched_getaffinity(0))
     except (AttributeError, OSError):

@@ -76,10 +76,10 @@ def start_attribution_build(triage) -> None:
     optimized, config, objs = made
     if config != triage.opts.config or not optimized or optimized != fused.get("optimized_model"):
         return
-    from bisect_tui.core.bisect.attribution import first_guesses
+    from bisect_tui.core.bisect.findings import pass_guesses
     from bisect_tui.core.bisect.probe import run_probe
     from bisect_tui.core.bisect.search import suspects_to_try, tries_suspect_first
-    from bisect_tui.core.bisect.subgraph_check import write_subgraph
+    from bisect_tui.core.bisect.subgraph_check import subgraph_file
     from bisect_tui.core.bisect.units import build_units
 
     if not tries_suspect_first(triage.engine, config, fused):
@@ -90,10 +90,7 @@ def start_attribution_build(triage) -> None:
     if not batch:
         return
     u = batch[0]
-    written = write_subgraph(triage, u, triage.session.bisect_dir / "subgraphs" / f"unit_{u.index}")
-    if written is None:
-        return
-    names, _ = first_guesses(triage.engine, config, [u], written[0], triage.cancel)
+    names, _ = pass_guesses(triage, triage.engine, [u], config, lambda: subgraph_file(triage, u))
     for n in names:
         cfg = config.with_disabled([n])
         workdir = triage.engine_dir(cfg)

@@ -12,7 +12,7 @@ the same round as "all fusions blocked" (`speculative_configs`).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
 from bisect_tui.core.bisect.attribution import attribute, first_guesses
 from bisect_tui.core.bisect.isolate import isolate
@@ -25,6 +25,23 @@ def amplified(iso: dict) -> bool:
     return bool(worse) and not any(worse)
 
 
+def pass_guesses(triage, engine, group: list[Unit], cfg,
+                 subgraph: Callable[[], Optional[Path]]) -> tuple[list[str], Optional[dict]]:
+    """first_guesses for `group` under `cfg`, made once per triage: the bisect
+    command (early.py), the search's prefetch and the culprit's attribution all ask
+    for the same test. `subgraph` writes the group's extracted subgraph; where it
+    gives None (no extraction) only the node-name tags are guessed, and not kept."""
+    memo = vars(triage).setdefault("pass_guesses", {})
+    key = Findings._key(group, cfg)
+    if key in memo:
+        return memo[key]
+    sub = subgraph()
+    got = first_guesses(engine, cfg, group, sub, triage.cancel)
+    if sub is not None:
+        memo[key] = got
+    return got
+
+
 class Findings:
     def __init__(self, triage, bisector, first_index: int = 1):
         """`first_index`: the number of this search's first culprit (its folder
@@ -35,7 +52,6 @@ class Findings:
         self._iso: dict[tuple, dict] = {}
         self._attr: dict[tuple, dict] = {}
         self._grouped: dict[tuple, Optional[dict]] = {}
-        self._guesses: dict[tuple, tuple[list[str], Optional[dict]]] = {}  # first_guesses, made early
 
     @staticmethod
     def _key(group: list[Unit], cfg) -> tuple:
@@ -70,27 +86,16 @@ class Findings:
         with other whole-graph candidates."""
         if amplified(self.isolation(group, cfg, ci)):
             return []
-        key = self._key(group, cfg)
-        if key in self._guesses:
-            names, grouped = self._guesses[key]
-        else:
-            names, grouped = self._first_guesses(group, cfg, self._subgraph(group, cfg, ci))
+        names, grouped = pass_guesses(self.t, self.bis.engine, group, cfg, lambda: self._subgraph(group, cfg, ci))
         if grouped is not None:
-            self._grouped[key] = grouped
+            self._grouped[self._key(group, cfg)] = grouped
         return [cfg.with_disabled([n]) for n in names]
 
-    def early_configs(self, group: list[Unit], cfg, subgraph: Path) -> list:
+    def early_configs(self, group: list[Unit], cfg, subgraph: Callable[[], Optional[Path]]) -> list:
         """speculative_configs before the group is known to be a culprit, on a
-        subgraph of the same nodes written meanwhile (the subgraph check's): the
-        full-engine builds its attribution would ask for, to start early. Kept,
-        so speculative_configs does not test the passes again."""
-        key = self._key(group, cfg)
-        if key not in self._guesses:
-            self._guesses[key] = self._first_guesses(group, cfg, subgraph)
-        return [cfg.with_disabled([n]) for n in self._guesses[key][0]]
-
-    def _first_guesses(self, group: list[Unit], cfg, subgraph: Optional[Path]):
-        return first_guesses(self.bis.engine, cfg, group, subgraph, self.t.cancel)
+        subgraph of the same nodes (`subgraph` writes it: the subgraph check's)."""
+        names, _ = pass_guesses(self.t, self.bis.engine, group, cfg, subgraph)
+        return [cfg.with_disabled([n]) for n in names]
 
     def rest_proof(self, groups: list[list[Unit]], units: list[Unit], cfg):
         """The step proving that every fusion but `groups` passes together, or None.

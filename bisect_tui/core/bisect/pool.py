@@ -51,11 +51,9 @@ from bisect_tui.engines.base import EngineConfig
 def default_workers() -> int:
     """One worker per core this process may use, at most 8 (each build holds a
     whole engine in memory)."""
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        cores = os.cpu_count() or 1
-    return max(1, min(cores, 8))
+    from bisect_tui.core.threads import cores
+
+    return max(1, min(cores(), 8))
 
 
 @dataclass(frozen=True)

@@ -381,8 +381,7 @@ class Bisector:
     @property
     def levels(self) -> tuple[str, ...]:
         """The engine's optimization levels, lowest (everything off) first."""
-        caps = getattr(self.engine, "capabilities", None)
-        return tuple(caps.levels) if caps is not None else LEVELS
+        return engine_levels(self.engine)
 
     def find_level(self) -> tuple[str, Step]:
         """Lowest optimization level (up to the user's) whose engine fails."""
@@ -738,12 +737,9 @@ class Bisector:
         not confirmed leaves an unasked prefetch: not a step, not counted."""
         if self.findings is None or not self.can_prefetch():
             return
-        from bisect_tui.core.bisect.subgraph_check import write_subgraph
+        from bisect_tui.core.bisect.subgraph_check import subgraph_file
 
-        written = write_subgraph(self.t, u, self.dir / "subgraphs" / f"unit_{u.index}")
-        if written is None:
-            return
-        for c in self.findings.early_configs([u], self.config, written[0]):
+        for c in self.findings.early_configs([u], self.config, lambda: subgraph_file(self.t, u)):
             self.prefetch(Candidate(self._map_kind(c), None, c))
 
     def suspects_alone(self, batch: list[Unit], held: list[Unit]) -> list[Step]:
@@ -800,8 +796,7 @@ class Bisector:
 
     def amplifies(self) -> bool:
         """The check's sensitivity: a 1-ulp input change already breaks the tolerance."""
-        sens = (self.t.fused or {}).get("sensitivity") or {}
-        return bool(sens.get("amplifies"))
+        return amplifies_rounding(self.t.fused)
 
     def _isolated_verdict(self, result: dict, units: list[Unit], cfg_level: EngineConfig,
                           unblocked: list[str]) -> dict:
@@ -868,14 +863,22 @@ class Bisector:
         return result
 
 
+def engine_levels(engine) -> tuple[str, ...]:
+    caps = getattr(engine, "capabilities", None)
+    return tuple(caps.levels) if caps is not None else LEVELS
+
+
+def amplifies_rounding(fused: Optional[dict]) -> bool:
+    """The check's sensitivity (its result `fused`) says a 1-ulp input change breaks the tolerance."""
+    return bool(((fused or {}).get("sensitivity") or {}).get("amplifies"))
+
+
 def tries_suspect_first(engine, config: EngineConfig, fused: Optional[dict]) -> bool:
     """Whether the search tries the probe's suspect alone at the user's level before
     anything else: not in a model that amplifies rounding (the check's sensitivity),
     not when that level is already the lowest."""
-    caps = getattr(engine, "capabilities", None)
-    levels = tuple(caps.levels) if caps is not None else LEVELS
-    amplifies = bool(((fused or {}).get("sensitivity") or {}).get("amplifies"))
-    return not (amplifies or config.level == levels[0] or len(levels) < 2)
+    levels = engine_levels(engine)
+    return not (amplifies_rounding(fused) or config.level == levels[0] or len(levels) < 2)
 
 
 def suspects_to_try(engine, units: list[Unit], probe: dict) -> list[Unit]:

@@ -108,6 +108,12 @@ def write_subgraph(t, unit: Unit, out_dir: Path) -> Optional[tuple[Path, list[st
     return sub_path, list(sub_inputs)
 
 
+def subgraph_file(t, unit: Unit) -> Optional[Path]:
+    """The unit's subgraph where the subgraph check writes it, or None."""
+    written = write_subgraph(t, unit, t.session.bisect_dir / "subgraphs" / f"unit_{unit.index}")
+    return written[0] if written else None
+
+
 def suspect_on_subgraph(bis, unit: Unit, config, out_dir: Path) -> Optional[dict]:
     """The suspect's own fusion, judged on the model's outputs without a
     whole-graph build: {"judgement", "seconds", "fused_node"}; None when the

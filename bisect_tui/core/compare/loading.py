@@ -174,20 +174,18 @@ def _check_digest(t: Loaded, side: str) -> None:
         )
 
 
-_PACK: list = []  # [(path, size, mtime, bytes)]: the last baseline pack read
-
-
 def _packed(t: Loaded, side: str) -> np.ndarray:
     """A packed session tensor: its bytes sliced from the pack, digest checked first."""
     from bisect_tui.core import baseline_pack
 
     try:
         st = t.file.lstat()
-        ident = (str(t.file), st.st_size, st.st_mtime_ns)
-        if not (_PACK and _PACK[0][0] == ident):
+
+        def read() -> bytes:
             with _open(t.file, side) as fh:
-                _PACK[:] = [(ident, fh.read())]
-        data = _PACK[0][1]
+                return fh.read()
+
+        data = baseline_pack.read_once((str(t.file), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns), read)
         digest, _, _ = baseline_pack.digest_at(data, t.offset)
     except FileNotFoundError:
         raise UserError(f"{side} {term(t.file)} does not exist") from None
