@@ -22,15 +22,9 @@ from bisect_tui.core.graph import GraphIndex
 from bisect_tui.engines.base import EngineConfig
 from bisect_tui.engines.tensorrt.cache import EngineCache, cache_key
 from bisect_tui.engines.tensorrt.features import features_from_names
-from bisect_tui.engines.tensorrt.inspector import (
-    fused_nodes_from_inspector,
-    metadata_nodes,
-    name_parts,
-    NameRange,
-    nodes_from_name,
-    parse_inspector,
-    precision_word,
-)
+from bisect_tui.engines.tensorrt.inspector import metadata_nodes, parse_inspector, precision_word
+from bisect_tui.engines.tensorrt.layermap import fused_nodes_from_inspector
+from bisect_tui.engines.tensorrt.layernames import NameRange, name_parts, nodes_from_name
 from bisect_tui.engines.tensorrt.options import TrtOptions, validate
 from bisect_tui.engines.tensorrt.precision import NetworkLayer, plan_keep_fp32
 from bisect_tui.engines.tensorrt.profiles import build_profiles, parse_profile_range, to_polygraphy
@@ -370,7 +364,7 @@ def test_profiles_from_user_shapes():
 def test_fusions_across_names_layers_that_hide_a_mark():
     """Marking `mm_out` as an output: in trt10_detailed the ForeignNode still
     spans MatMul_3 -> Mul_4 without writing `mm_out`, so it hides the mark."""
-    from bisect_tui.engines.tensorrt.inspector import fusions_across
+    from bisect_tui.engines.tensorrt.layermap import fusions_across
 
     index = GraphIndex.build(chain_model())
     fused = fused_nodes_from_inspector(load_fixture("trt10_detailed"), index)

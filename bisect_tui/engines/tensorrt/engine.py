@@ -36,7 +36,8 @@ from bisect_tui.engines.base import EngineConfig, FusedNode
 from bisect_tui.engines.tensorrt.cache import EngineCache, cache_key
 from bisect_tui.engines.tensorrt.features import TrtFeatures, detect
 from bisect_tui.engines.tensorrt.declare import CAPABILITIES, OPTIONS, profile_ranges, trt_options
-from bisect_tui.engines.tensorrt.inspector import fused_nodes_from_inspector, fusions_across, parse_inspector
+from bisect_tui.engines.tensorrt.inspector import parse_inspector
+from bisect_tui.engines.tensorrt.layermap import fused_nodes_from_inspector, fusions_across
 from bisect_tui.engines.tensorrt.options import TrtOptions, validate
 from bisect_tui.engines.tensorrt.precision import NetworkLayer, PrecisionPlan, plan_keep_fp32
 from bisect_tui.engines.tensorrt.profiles import build_profiles, to_polygraphy

@@ -1,36 +1,38 @@
-"""TensorRT engine-inspector JSON -> fused-node records mapped to ONNX nodes.
+"""TensorRT engine-inspector JSON -> engine layers (the parsing half; the
+mapping to ONNX nodes is `layermap.py`).
 
 The format (no TensorRT needed to read it) is the one documented for
 `IEngineInspector.get_engine_information(LayerInformationFormat.JSON)` with
 `ProfilingVerbosity.DETAILED` (TensorRT developer guide, "Engine Inspector";
 `include/NvInfer.h`, IEngineInspector and ILayer::setMetadata, NVIDIA/TensorRT
 v10.16 and v11.1; Polygraphy `tools/inspect/subtool/model/extractors/_trt.py`
-reads the same keys):
+reads the same keys), and the one the real engines of trt-engine-explorer's
+examples show (tests/fixtures/tensorrt/real/):
 
     {"Layers": [{"Name": "Conv_0 + Relu_1", "LayerType": "CaskConvolution",
-                 "Inputs":  [{"Name": "x", "Dimensions": [1, 3, 8, 8],
-                              "Format/Datatype": "Row major linear FP32"}],
-                 "Outputs": [{"Name": "relu_out", ...}],
-                 "Metadata": "[ONNX Layer: Conv_0]\\x1f[ONNX Layer: Relu_1]",
+                 "Inputs":  [{"Name": "Reformatted Input Tensor 0 to Conv_0 + Relu_1",
+                              "Dimensions": [32, 3, 224, 224],
+                              "Format/Datatype": "Channel major FP16 format where channel % 4 == 0"}],
+                 "Outputs": [{"Name": "onnx::MaxPool_125", ...}],
+                 "Metadata": "[ONNX Layer: Conv_0]\x1f[ONNX Layer: Relu_1]",
                  "TacticName": "...", "StreamId": 0}, ...],
-     "Bindings": ["x", "relu_out"]}
+     "Bindings": ["input.1", "191"]}
 
 * TensorRT 11 splits "Format/Datatype" into "Datatype" and "Format" (noted in
   Polygraphy's inspector); both spellings are read.
-* Below DETAILED verbosity a layer is only its name string; then only the
-  name can be mapped.
-* Layer names carry the ONNX node names they merge: `A + B` (fusion),
-  `PWN(A, PWN(B))` (pointwise fusion), `{ForeignNode[first...last]}` (a Myelin
-  region from the first to the last node in graph order), `name_myl0_3`
-  (Myelin kernels of TensorRT 10.x+), `Reformatting CopyNode for ...` (layout
-  copies TensorRT adds; they belong to no ONNX node).
-* "Metadata" holds `[ONNX Layer: <node name>]` entries separated by \\x1f (and
-  \\x1e between groups), written by TensorRT's ONNX parser.
+* Below DETAILED verbosity a layer is only its name string.
+* Layouts copies TensorRT adds are named `Reformatting CopyNode for Input|Output
+  Tensor k to <layer>`; in real engines their LayerType is `Reformat` (Origin
+  `REFORMAT`) or `NoOp`. A Q/DQ node can also become a `Reformat` layer (Origin
+  `QDQ`, named after the node), and ONNX Transpose/Reshape nodes become `Shuffle`
+  or `NoOp` layers: the layer type alone never says "copy".
+* "Metadata" holds `[ONNX Layer: <node>]` entries separated by \x1f (and
+  \x1e between groups), written by TensorRT's ONNX parser; a node inside an
+  ONNX local function is written `[ONNX Layer: <node> | Local Function: <f>]`
+  (onnx-tensorrt `processMetadata`). Myelin kernels may have it empty.
 
-Mapping order: tensor names first (a layer whose outputs are ONNX tensors
-covers the nodes between its inputs and outputs), then the ONNX node names in
-Metadata, then the names in the layer name. Every name here is data: it is
-only compared with names of the model, never evaluated.
+Every name here is data: it is only compared with names of the model, never
+evaluated.
 """
 
 from __future__ import annotations
@@ -38,13 +40,8 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Optional, Union
+from typing import Any, Optional, Union
 
-from bisect_tui.core.graph import GraphIndex
-from bisect_tui.engines.base import FusedNode
-
-_MYELIN_SUFFIX = re.compile(r"_myl[0-9]+_[0-9]+$")
-_FOREIGN = re.compile(r"^\{ForeignNode\[(.*)\]\}$", re.S)
 _PRECISION_WORDS = (
     ("BF16", "bf16"), ("BFLOAT16", "bf16"),
     ("FP16", "fp16"), ("HALF", "fp16"),
@@ -53,8 +50,10 @@ _PRECISION_WORDS = (
     ("INT8", "int8"), ("FP8", "fp8"), ("INT4", "int4"), ("FP4", "fp4"),
     ("INT32", "int32"), ("INT64", "int64"), ("BOOL", "bool"),
 )
-# layer types that only copy/relabel data (TensorRT inserts them itself)
-_COPY_TYPES = frozenset({"reformat", "reformatting", "shuffle", "noop", "copy"})
+# layer types that copy or relabel data; TensorRT inserts such layers itself,
+# but ONNX Transpose/Reshape/Q/DQ nodes become them too (mapped by name or metadata)
+RELABEL_TYPES = frozenset({"reformat", "reformatting", "shuffle", "noop", "copy"})
+_FUNCTION_SEP = " | Local Function: "
 
 
 @dataclass(frozen=True)
@@ -78,6 +77,9 @@ class InspectorLayer:
     outputs: list[InspectorTensor] = field(default_factory=list)
     metadata_nodes: list[str] = field(default_factory=list)
     tactic: str = ""
+    origin: str = ""  # "REFORMAT" for TensorRT's own layout copies, "QDQ"...
+    # node -> ONNX local function it sits in ("" at top level), from Metadata
+    metadata_functions: dict = field(default_factory=dict)
 
     @property
     def precision(self) -> str:
@@ -92,7 +94,13 @@ class InspectorLayer:
 
     @property
     def is_copy(self) -> bool:
-        return self.layer_type.lower() in _COPY_TYPES or self.name.startswith("Reformatting CopyNode")
+        """A layout copy TensorRT added (it computes nothing of the model)."""
+        return self.name.startswith("Reformatting CopyNode") or self.origin.upper() == "REFORMAT"
+
+    @property
+    def relabels(self) -> bool:
+        """Only copies or relabels data (a copy, or a Shuffle/NoOp/Reformat layer)."""
+        return self.is_copy or self.layer_type.lower() in RELABEL_TYPES
 
 
 def precision_word(datatype: str) -> str:
@@ -116,19 +124,27 @@ def _tensor(d: Any) -> Optional[InspectorTensor]:
     return InspectorTensor(d["Name"], tuple(dims) if isinstance(dims, list) else (), dt)
 
 
-def metadata_nodes(metadata: Any) -> list[str]:
-    """ONNX node names in a layer's Metadata (`[ONNX Layer: n]` entries)."""
+def metadata_entries(metadata: Any) -> list[tuple[str, str]]:
+    """(node, local function or "") for each `[ONNX Layer: ...]` entry of a
+    layer's Metadata, in order, without repeats."""
     if not isinstance(metadata, str) or not metadata:
         return []
-    out: list[str] = []
+    out: list[tuple[str, str]] = []
     for part in re.split(r"[\x1e\x1f]", metadata):
         part = part.strip()
         # entries can also follow each other without a separator
         for m in re.finditer(r"\[ONNX Layer: (.*?)\](?=\s*(?:\[ONNX Layer: |$))", part, re.S):
-            name = m.group(1)
-            if name and name not in out:
-                out.append(name)
+            name, function = m.group(1), ""
+            if _FUNCTION_SEP in name:  # the parser writes the function after the node name
+                name, function = name.rsplit(_FUNCTION_SEP, 1)
+            if name and (name, function) not in out:
+                out.append((name, function))
     return out
+
+
+def metadata_nodes(metadata: Any) -> list[str]:
+    """ONNX node names in a layer's Metadata (`[ONNX Layer: n]` entries)."""
+    return list(dict.fromkeys(name for name, _ in metadata_entries(metadata)))
 
 
 def parse_inspector(doc: Union[str, bytes, dict, list]) -> list[InspectorLayer]:
@@ -147,13 +163,16 @@ def parse_inspector(doc: Union[str, bytes, dict, list]) -> list[InspectorLayer]:
         if not isinstance(item, dict):
             continue
         name = item.get("Name")
+        entries = metadata_entries(item.get("Metadata"))
         layer = InspectorLayer(
             name=name if isinstance(name, str) and name else f"layer_{i}",
             layer_type=str(item.get("LayerType") or ""),
             inputs=[t for t in map(_tensor, item.get("Inputs") or []) if t],
             outputs=[t for t in map(_tensor, item.get("Outputs") or []) if t],
-            metadata_nodes=metadata_nodes(item.get("Metadata")),
+            metadata_nodes=list(dict.fromkeys(n for n, _ in entries)),
             tactic=str(item.get("TacticName") or item.get("TacticValue") or ""),
+            origin=str(item.get("Origin") or ""),
+            metadata_functions={n: f for n, f in entries if f},
         )
         if isinstance(item.get("Precision"), str) and layer.outputs:
             layer.outputs[0] = InspectorTensor(layer.outputs[0].name, layer.outputs[0].dims, item["Precision"])
@@ -161,164 +180,3 @@ def parse_inspector(doc: Union[str, bytes, dict, list]) -> list[InspectorLayer]:
     return out
 
 
-# ------------------------------------------------------------------ layer names
-
-
-@dataclass(frozen=True)
-class NameRange:
-    """`{ForeignNode[first...last]}`: every node from first to last in graph order."""
-
-    first: str
-    last: str
-
-
-def _split_top(text: str, sep: str) -> list[str]:
-    """Split on `sep` outside parentheses/brackets (node names can hold `+`)."""
-    parts, depth, cur, i = [], 0, [], 0
-    while i < len(text):
-        ch = text[i]
-        if ch in "([{":
-            depth += 1
-        elif ch in ")]}":
-            depth = max(0, depth - 1)
-        if depth == 0 and text.startswith(sep, i):
-            parts.append("".join(cur))
-            cur = []
-            i += len(sep)
-            continue
-        cur.append(ch)
-        i += 1
-    parts.append("".join(cur))
-    return [p.strip() for p in parts if p.strip()]
-
-
-def name_parts(layer_name: str) -> list[Union[str, NameRange]]:
-    """The ONNX node names (and ranges) a TensorRT layer name is made of."""
-    out: list[Union[str, NameRange]] = []
-    for part in _split_top(layer_name.strip(), " + "):
-        m = _FOREIGN.match(part)
-        if m:
-            inner = m.group(1)
-            if "..." in inner:
-                first, last = inner.split("...", 1)
-                out.append(NameRange(first.strip(), last.strip()))
-            else:
-                out.extend(name_parts(inner))
-            continue
-        if part.startswith("PWN(") and part.endswith(")"):
-            for sub in _split_top(part[4:-1], ","):
-                out.extend(name_parts(sub))
-            continue
-        out.append(part)
-    return out
-
-
-def _resolve_name(name: str, index: GraphIndex) -> Optional[str]:
-    if name in index.order:
-        return name
-    base = _MYELIN_SUFFIX.sub("", name)
-    if base in index.order:
-        return base
-    return None
-
-
-def nodes_from_name(layer_name: str, index: GraphIndex) -> list[str]:
-    """ONNX nodes named in a layer name, topological order; unknown names dropped."""
-    found: set[str] = set()
-    topo = [n.name for n in index.nodes]
-    for part in name_parts(layer_name):
-        if isinstance(part, NameRange):
-            a, b = _resolve_name(part.first, index), _resolve_name(part.last, index)
-            if a is None or b is None:
-                found.update(x for x in (a, b) if x)
-                continue
-            i, j = sorted((index.order[a], index.order[b]))
-            found.update(topo[i : j + 1])
-        else:
-            r = _resolve_name(part, index)
-            if r:
-                found.add(r)
-    return sorted(found, key=index.order.__getitem__)
-
-
-# ------------------------------------------------------------------ the map
-
-
-def _nodes_from_tensors(layer: InspectorLayer, index: GraphIndex, engine_tensors: set[str]) -> list[str]:
-    """Nodes between the layer's inputs and its ONNX-named outputs.
-
-    The walk back stops at the layer's inputs and at every tensor another
-    engine layer writes. When an input is an engine-internal name (not an
-    ONNX tensor) the boundary is unknown, so only the direct producers count."""
-    outs = [t.name for t in layer.outputs if t.name in index.producer]
-    if not outs:
-        return []
-    ins = {t.name for t in layer.inputs}
-    if any(i not in index.producer and i not in index.initializers and i not in index.graph_inputs for i in ins):
-        return sorted({index.producer[t] for t in outs}, key=index.order.__getitem__)
-    stop = ins | (engine_tensors - set(outs))
-    return index.ancestors_within(outs, stop)
-
-
-def fused_nodes_from_inspector(layers: Iterable[InspectorLayer], index: GraphIndex) -> list[FusedNode]:
-    """One FusedNode per engine layer, in engine order.
-
-    A layer covers: the nodes its tensors prove (outputs back to inputs), plus
-    the nodes its Metadata names, plus (only when neither gave anything) the
-    nodes its name lists. For a ForeignNode range, nodes that another layer
-    already proves by tensors or metadata are left to that layer. Copy layers
-    TensorRT adds cover nothing."""
-    layers = list(layers)
-    engine_tensors = {t.name for la in layers for t in la.outputs}
-    evidence: list[list[str]] = []
-    for la in layers:
-        if la.is_copy:
-            evidence.append([])
-            continue
-        got = set(_nodes_from_tensors(la, index, engine_tensors))
-        got.update(n for n in la.metadata_nodes if n in index.order)
-        evidence.append(sorted(got, key=index.order.__getitem__))
-    claimed = {n for ev in evidence for n in ev}
-    out: list[FusedNode] = []
-    for la, ev in zip(layers, evidence):
-        nodes = list(ev)
-        if not nodes and not la.is_copy:
-            named = nodes_from_name(la.name, index)
-            has_range = any(isinstance(p, NameRange) for p in name_parts(la.name))
-            nodes = [n for n in named if not (has_range and n in claimed)] if has_range else named
-        out.append(
-            FusedNode(
-                name=la.name,
-                op_type=la.layer_type or "TensorRTLayer",
-                domain="tensorrt",
-                inputs=[t.name for t in la.inputs],
-                outputs=[t.name for t in la.outputs],
-                original_nodes=nodes,
-                optimizers=[],
-            )
-        )
-    return out
-
-
-def fusions_across(fused: Iterable[FusedNode], marks: Iterable[str], index: GraphIndex) -> list[FusedNode]:
-    """Engine layers that still hide a marked tensor inside.
-
-    Marking a tensor as a network output usually stops TensorRT fusing across
-    it, but a Myelin region can write the extra output and stay one kernel.
-    A layer hides mark `t` when it covers the node producing `t` and a node
-    consuming `t`, yet `t` is not one of the layer's outputs: the tensor exists
-    only inside the fused kernel, so the search must judge that region in
-    isolation instead of trusting the mark."""
-    marks = [m for m in dict.fromkeys(marks) if m in index.producer]
-    out: list[FusedNode] = []
-    for f in fused:
-        covered = set(f.original_nodes)
-        if len(covered) < 2:
-            continue
-        for t in marks:
-            if t in f.outputs:
-                continue
-            if index.producer[t] in covered and covered & set(index.consumers.get(t, ())):
-                out.append(f)
-                break
-    return out
