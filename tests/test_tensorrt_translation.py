@@ -391,7 +391,7 @@ def test_engine_refuses_what_tensorrt_cannot_do_and_says_how_to_apply_fixes():
     assert eng.describe(EngineConfig(precision="fp16", keep_fp32=("Softmax_5",))) == [
         ("engine", "TensorRT via Polygraphy, FP16"), ("kept in FP32", "Softmax_5")]
     text = eng.workaround_text({"kind": "keep_fp32", "layer_precisions": {"Softmax_5": "fp32", "Softmax_5_1": "fp32"}})
-    assert text.endswith("--layer-precisions Softmax_5:float32 Softmax_5_1:float32 -o model.engine")
+    assert "--trt-npps keep_fp32.py -o model.engine" in text and "Softmax_5, Softmax_5_1" in text
     assert "--precision-constraints obey" in text
     assert "TensorRT 11" in eng.workaround_text({"kind": "keep_fp32"})
     assert "--precision fp32" in eng.workaround_text({"kind": "precision", "precision": "fp32"})
@@ -415,7 +415,7 @@ def test_repro_script_is_constant_and_reads_names_from_json(tmp_path):
                            reference={"file": "reference.npz", "name": "onnxruntime fp32"},
                            workaround={"kind": "keep_fp32", "keep_fp32": ["Softmax_5"]}, extra={"inputs": ["x"]})
     files = TensorRTEngine().write_repro(tmp_path, spec)
-    assert [f.name for f in files] == ["repro_tensorrt.py", "repro_tensorrt.json"]
+    assert [f.name for f in files] == ["repro_tensorrt.py", "repro_tensorrt.json", "keep_fp32.py"]
     assert files[0].read_text() == SCRIPT and evil not in SCRIPT
     data = json.loads(files[1].read_text())
     assert data["outputs"] == [evil] and data["input_names"] == ["x"]
@@ -562,10 +562,14 @@ def test_marking_matches_names_exactly_and_pins_set_fp32():
     net = _Network([_Tensor("x")], [_Layer("L0", [_Tensor("a0x")]), _Layer("L1", [_Tensor("a[0]*")]),
                                     _Layer("L2", [_Tensor("shape", "DataType.INT64")], "[ONNX Layer: N2]")])
     assert mark_exact(net, ["a[0]*"]) == [] and net.marked == ["a[0]*"]
-    assert mark_exact(net, ["a[0]?", "a0x"]) == ["a[0]?"] and net.marked == ["a[0]*"]  # nothing marked on a miss
+    # a name the network lacks is reported; the others are still marked (issue 25, item 9)
+    assert mark_exact(net, ["a[0]?", "a0x"]) == ["a[0]?"] and net.marked == ["a[0]*", "a0x"]
     layers = network_layers(net)
     assert layers[2] == NetworkLayer("L2", ("shape",), ("INT64",), "[ONNX Layer: N2]", "ELEMENTWISE")
-    assert apply_pins(net, {"L1": "fp32"}, "FP32-TYPE") == 1
+    from bisect_tui.engines.tensorrt.precision import PrecisionPlan
+
+    assert apply_pins(net, PrecisionPlan("layer_precisions", {"L1": "fp32"}, output_types={"L1": [0]}),
+                      "FP32-TYPE") == 1
     assert net._layers[1].precision == "FP32-TYPE" and net._layers[1].out_types == {0: "FP32-TYPE"}
     assert net._layers[0].precision is None
 

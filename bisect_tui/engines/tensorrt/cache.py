@@ -4,8 +4,16 @@ digest checks out.
 An engine build takes seconds to minutes and a bisection asks for dozens, and
 a resumed session asks for the same ones again. The key covers everything the
 plan depends on: the model file's digest, the TensorRT options, the switch
-(marked tensors, FP32 keep-set), and the TensorRT/Polygraphy versions and GPU
-(a plan only runs on the TensorRT build and GPU it was made for).
+(marked tensors, FP32 keep-set), and the TensorRT/Polygraphy versions and the
+GPU model with its compute capability (a plan only runs on the TensorRT build
+and GPU it was made for: `engine_versions`). A plan that still fails to
+deserialize is dropped (`EngineCache.drop`) and rebuilt.
+
+Each record also keeps what the build learnt (the FP32 pin plan, marks the
+network lacked), so a cache hit, or another process of the same session,
+reports the same as the build that made it. One TensorRT timing cache per
+session and GPU (`timing_cache_path`) lets every build of a search reuse the
+tactic timings instead of timing again (and choosing differently).
 
 Layout: `<dir>/<key>.plan` (the serialized engine, raw bytes) and
 `<dir>/<key>.json` (its SHA-256 and what it was built from). No pickle; a plan
@@ -68,6 +76,19 @@ def cache_key(
     ).key()
 
 
+def engine_versions(tensorrt: str, polygraphy: str, gpu: str) -> dict:
+    """The version part of a key: what a plan is bound to besides its inputs."""
+    return {"tensorrt": str(tensorrt), "polygraphy": str(polygraphy), "gpu": str(gpu)}
+
+
+def timing_cache_path(root: Path, versions: dict) -> Path:
+    """The session's timing cache for one TensorRT build and GPU (Polygraphy
+    loads it with ignore_mismatch=False, so another GPU's cache must not be it)."""
+    tag = {k: versions.get(k, "") for k in ("tensorrt", "gpu")}
+    digest = hashlib.sha256(json.dumps(tag, sort_keys=True).encode()).hexdigest()[:16]
+    return Path(root) / f"timing_{digest}.cache"
+
+
 class EngineCache:
     """A directory of serialized engines keyed by `cache_key`."""
 
@@ -110,6 +131,33 @@ class EngineCache:
         record.update({"key": key, "size": len(data), "sha256": hashlib.sha256(data).hexdigest()})
         atomic.write_json(meta, record)
         return plan
+
+    def info(self, key: str) -> dict:
+        """The record written with a plan ({} when absent or unreadable)."""
+        _, meta = self._paths(key)
+        if not meta.is_file() or meta.is_symlink():
+            return {}
+        try:
+            info = json.loads(meta.read_text())
+        except (OSError, ValueError):
+            return {}
+        return info if isinstance(info, dict) and info.get("key") == key else {}
+
+    def drop(self, key: str) -> None:
+        """Forget a plan (one that no longer deserializes, e.g. from another GPU)."""
+        for p in self._paths(key):
+            if p.is_symlink() or p.is_file():
+                p.unlink()
+
+    def plan_for_keep(self, keep) -> dict:
+        """The precision plan a build with exactly this keep-set recorded, {} if none."""
+        want = sorted(set(keep))
+        for key in self.keys():
+            info = self.info(key)
+            plan = info.get("precision_plan")
+            if info.get("keep_fp32") == want and isinstance(plan, dict) and plan.get("pins"):
+                return plan
+        return {}
 
     def keys(self) -> list[str]:
         if not self.root.is_dir():

@@ -77,12 +77,13 @@ def validate(opts: TrtOptions, model=None) -> TrtOptions:
     if opts.calibration_cache and opts.precision != "int8":
         raise UserError("a calibration cache is only used with --precision int8")
     if opts.precision == "int8":
-        explicit = model is not None and model_has_qdq(model)
+        # without the model (the CLI's and the app's option check) only the cache
+        # can be judged; the build, which has the model, refuses INT8 without Q/DQ
         if opts.calibration_cache:
             p = Path(opts.calibration_cache)
             if not p.is_file():
                 raise UserError(f"INT8 calibration cache not found: {p}")
-        elif not explicit:
+        elif model is not None and not model_has_qdq(model):
             raise UserError(
                 "INT8 needs a calibration cache or a model with QuantizeLinear/DequantizeLinear nodes; "
                 "without either TensorRT would build with missing dynamic ranges (give the cache file)"

@@ -10,6 +10,7 @@ those shapes and nothing else. A range (`min:opt:max` per input) may widen it.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
@@ -85,14 +86,25 @@ def parse_profile_range(item: str) -> tuple[str, tuple]:
     return name.strip(), dims
 
 
+def fnmatch_literal(name: str) -> str:
+    """`name` as an fnmatch pattern matching only itself.
+
+    Polygraphy's `Profile.fill_defaults` and `to_trt` look inputs up with
+    fnmatch (`util.match_keys`): a key `x[0]` would match `x0` and not
+    itself, `a*` every input starting with `a`. `*`, `?` and `[` become
+    one-character classes; a lone `]` is literal already."""
+    return re.sub(r"([*?\[])", r"[\1]", name)
+
+
 def to_polygraphy(specs: Sequence[ProfileSpec]) -> list:
     """Polygraphy `Profile` objects for `CreateConfig(profiles=...)` (pure
-    Python; TensorRT is only needed when the config is created)."""
+    Python; TensorRT is only needed when the config is created), keyed by
+    each input's name as a literal pattern."""
     if not specs:
         return []
     from polygraphy.backend.trt import Profile
 
     prof = Profile()
     for s in specs:
-        prof.add(s.input, min=list(s.min), opt=list(s.opt), max=list(s.max))
+        prof.add(fnmatch_literal(s.input), min=list(s.min), opt=list(s.opt), max=list(s.max))
     return [prof]

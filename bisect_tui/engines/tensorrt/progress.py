@@ -18,6 +18,8 @@ class BuildProgress:
         self._report = report
         self._phases: dict = {}  # name -> [step, total, parent]
         self._order: list = []
+        # set once the user said stop: the failed build that follows is a cancel, not a finding
+        self.cancelled = False
 
     def _line(self) -> str:
         parts = []
@@ -35,8 +37,9 @@ class BuildProgress:
         p = self._phases.get(str(phase_name))
         if p is not None:
             p[0] = int(step) + 1
-        keep_going = self._report(self._line())
-        return keep_going is not False
+        keep_going = self._report(self._line()) is not False
+        self.cancelled = self.cancelled or not keep_going
+        return keep_going
 
     def phase_finish(self, phase_name) -> None:
         name = str(phase_name)

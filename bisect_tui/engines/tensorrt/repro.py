@@ -1,9 +1,16 @@
-"""The TensorRT repro bundle: a constant script plus the JSON it reads.
+"""The TensorRT repro bundle: two constant scripts plus the JSON they read.
 
-The script text never changes with the model: every name (inputs, outputs,
+The script texts never change with the model: every name (inputs, outputs,
 layers to pin) is read from `repro_tensorrt.json`, so nothing from a model
-ends up in code. It needs numpy, polygraphy and tensorrt on a GPU machine;
-without them it says so and exits 5 (environment)."""
+ends up in code. `repro_tensorrt.py` builds the engine as the search did:
+one optimization profile with exactly the saved inputs' shapes (widened by
+the user's `--trt-profile` ranges), the INT8 calibration cache copied into
+the bundle, TensorRT 11 told apart by its major version as well as by the
+missing FP16 flag. `keep_fp32.py` is the FP32 pin of the proof (precision
+and FP32 output types) as a Polygraphy network postprocess script
+(`polygraphy convert ... --trt-npps keep_fp32.py`); the repro uses it too.
+They need numpy, polygraphy and tensorrt on a GPU machine; without them the
+repro says so and exits 5 (environment)."""
 
 from __future__ import annotations
 
@@ -14,6 +21,49 @@ from bisect_tui.core import atomic
 
 SCRIPT_NAME = "repro_tensorrt.py"
 SPEC_NAME = "repro_tensorrt.json"
+KEEP_NAME = "keep_fp32.py"
+
+KEEP_SCRIPT = r'''"""FP32 pins of a bisect-tui keep-set proof, as a Polygraphy network script.
+
+    polygraphy convert model.onnx --fp16 --precision-constraints obey --trt-npps keep_fp32.py -o model.engine
+
+Sets FP32 precision on the layers repro_tensorrt.json lists (and on every layer
+whose metadata names a kept ONNX node), and FP32 output types on the outputs the
+proof typed (on float outputs when the layer is found by metadata; never on
+Cast/Quantize/Dequantize/Fill layers, whose output type is their own)."""
+import json
+from pathlib import Path
+
+_OWN_TYPE = ("CAST", "QUANTIZE", "DEQUANTIZE", "DYNAMIC_QUANTIZE", "FILL")
+
+
+def _from_kept_node(metadata, nodes):
+    return any(("[ONNX Layer: " + n + "]") in metadata or ("[ONNX Layer: " + n + " | ") in metadata for n in nodes)
+
+
+def postprocess(network):
+    import tensorrt as trt
+
+    spec = json.loads((Path(__file__).resolve().parent / "repro_tensorrt.json").read_text())
+    fix = spec.get("workaround") or {}
+    pins = set(fix.get("layer_precisions") or {})
+    typed = {k: [int(i) for i in v] for k, v in (fix.get("output_types") or {}).items()}
+    nodes = list(fix.get("keep_fp32") or [])
+    floats = (trt.float32, trt.float16, getattr(trt, "bfloat16", trt.float16))
+    for layer in network:
+        by_meta = _from_kept_node(str(getattr(layer, "metadata", "") or ""), nodes)
+        if layer.name not in pins and not by_meta:
+            continue
+        layer.precision = trt.float32
+        if str(layer.type).split(".")[-1] in _OWN_TYPE:
+            continue
+        outs = typed.get(layer.name)
+        if outs is None:
+            outs = [i for i in range(layer.num_outputs) if layer.get_output(i).dtype in floats]
+        for i in outs:
+            layer.set_output_type(i, trt.float32)
+    return network
+'''
 
 SCRIPT = r'''#!/usr/bin/env python3
 """Reproduce a TensorRT accuracy finding made by bisect-tui.
@@ -26,6 +76,7 @@ with the saved reference under the recorded tolerance. Everything it uses is
 read from repro_tensorrt.json next to this file. Exit 0 within tolerance,
 1 tolerance broken, 5 TensorRT/Polygraphy missing."""
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -45,18 +96,18 @@ def main(argv):
     spec = json.loads((HERE / "repro_tensorrt.json").read_text())
     try:
         import tensorrt as trt
-        from polygraphy.backend.trt import (CreateConfig, EngineFromNetwork, NetworkFromOnnxPath,
-                                            PostprocessNetwork, TrtRunner)
+        from polygraphy.backend.trt import (Calibrator, CreateConfig, EngineFromNetwork, NetworkFromOnnxPath,
+                                            PostprocessNetwork, Profile, TrtRunner)
     except ImportError as exc:
         print(f"needs tensorrt and polygraphy on a machine with an NVIDIA GPU: {exc}", file=sys.stderr)
         return 5
     workaround = spec.get("workaround") or {}
     use_fix = "--with-workaround" in argv
     keep = list(workaround.get("keep_fp32") or []) if use_fix else []
-    pins = dict(workaround.get("layer_precisions") or {}) if use_fix else {}
     model = _inside(spec["model_file"])
     kwargs = dict(spec["create_config"])
-    typed = not hasattr(trt.BuilderFlag, "FP16")  # TensorRT 11: strongly typed only
+    # TensorRT 11 is strongly typed only: its major version says so, and its missing FP16 flag
+    typed = int(str(trt.__version__).split(".")[0]) >= 11 or not hasattr(trt.BuilderFlag, "FP16")
     if typed:
         for k in ("fp16", "bf16", "int8"):
             kwargs.pop(k, None)
@@ -69,17 +120,27 @@ def main(argv):
                                             node_block_list=keep or None)
             model = HERE / "model_fp16_repro.onnx"
             onnx.save(conv, str(model))
-    network = NetworkFromOnnxPath(str(model))
-    if pins and not typed:
-        def pin(network):
-            for layer in network:
-                if layer.name in pins:
-                    layer.precision = trt.float32
-                    for i in range(layer.num_outputs):
-                        layer.set_output_type(i, trt.float32)
-        network = PostprocessNetwork(network, pin, name="KeepFp32")
-    engine = EngineFromNetwork(network, config=CreateConfig(**kwargs))
     inputs = np.load(_inside(spec["inputs_file"]), allow_pickle=False)
+    # the profile the search built with: exactly the saved inputs' shapes, or the user's ranges;
+    # names are fnmatch patterns to Polygraphy, so * ? [ are written as one-character classes
+    profile = Profile()
+    ranges = spec.get("profile_ranges") or {}
+    for name in spec["input_names"]:
+        key = re.sub(r"([*?\[])", r"[\1]", name)
+        if name in ranges:
+            lo, opt, hi = ranges[name]
+        else:
+            lo = opt = hi = list(inputs[name].shape[1:])
+        profile.add(key, min=list(lo), opt=list(opt), max=list(hi))
+    kwargs["profiles"] = [profile]
+    if spec.get("calibration_cache") and not typed and kwargs.get("int8"):
+        kwargs["calibrator"] = Calibrator(data_loader=[], cache=str(_inside(spec["calibration_cache"])))
+    network = NetworkFromOnnxPath(str(model))
+    if use_fix and not typed:
+        from keep_fp32 import postprocess
+
+        network = PostprocessNetwork(network, postprocess, name="KeepFp32")
+    engine = EngineFromNetwork(network, config=CreateConfig(**kwargs))
     ref = np.load(_inside(spec["reference"]["file"]), allow_pickle=False)
     tol = spec["tolerance"]
     failed = False
@@ -109,8 +170,11 @@ if __name__ == "__main__":
 '''
 
 
-def write_repro(dest: Path, spec, create_config: dict, input_names: list, precision: str) -> list:
-    """Write the script and its JSON into `dest`; `spec` is a ReproSpec."""
+def write_repro(dest: Path, spec, create_config: dict, input_names: list, precision: str,
+                workaround: dict | None = None, profile_ranges: dict | None = None,
+                calibration_cache: str | None = None) -> list:
+    """Write the scripts and their JSON into `dest`; `spec` is a ReproSpec,
+    `workaround` its workaround with the pins the proof made."""
     dest = Path(dest)
     dest.mkdir(parents=True, exist_ok=True)
     data = {
@@ -122,11 +186,17 @@ def write_repro(dest: Path, spec, create_config: dict, input_names: list, precis
         "reference": dict(spec.reference),
         "precision": precision,
         "create_config": dict(create_config),
-        "workaround": dict(spec.workaround or {}),
+        "workaround": dict(workaround if workaround is not None else (spec.workaround or {})),
         "config": dict(spec.config),
+        "profile_ranges": dict(profile_ranges or {}),
+        "calibration_cache": calibration_cache,
     }
-    script, meta = dest / SCRIPT_NAME, dest / SPEC_NAME
+    script, meta, keep = dest / SCRIPT_NAME, dest / SPEC_NAME, dest / KEEP_NAME
     atomic.write_text(script, SCRIPT)
+    atomic.write_text(keep, KEEP_SCRIPT)
     atomic.write_text(meta, json.dumps(data, indent=1, sort_keys=True))
     script.chmod(0o755)
-    return [script, meta]
+    out = [script, meta, keep]
+    if calibration_cache:
+        out.append(dest / calibration_cache)
+    return out
