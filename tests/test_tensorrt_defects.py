@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
-from onnx import TensorProto, helper
+from onnx import helper
 
 from bisect_tui.core.errors import ExitCode, UserError
 from bisect_tui.core.graph import GraphIndex
@@ -388,13 +388,22 @@ def test_pins_for_a_node_calling_a_local_function():
 
 
 def test_d07_pin_plan_survives_a_cache_hit_and_another_process(tmp_path):
-    from bisect_tui.engines.tensorrt.buildflow import build_engine
     from bisect_tui.engines.tensorrt.cache import EngineCache
     from bisect_tui.engines.tensorrt.engine import TensorRTEngine
     from bisect_tui.engines.tensorrt.precision import NetworkLayer, plan_keep_fp32
 
     plan = plan_keep_fp32([NetworkLayer("Softmax_5", ("out",), ("FLOAT",), "[ONNX Layer: Softmax_5]", "SOFTMAX")],
                           ["Softmax_5"], {"Softmax_5": ["out"]}, strongly_typed=False)
+    # a pool worker built with this keep-set: its record, as the engine has always written it
+    other = EngineCache(tmp_path / "other" / "engines" / "trt_engines")
+    other.put(_key_for(["w"]), b"plan", {"model": "m.onnx", "marked": 0, "keep_fp32": ["Softmax_5"],
+                                         "precision_plan": plan.to_dict()})
+    # the main process: a fresh engine that built nothing with this keep-set
+    fresh = TensorRTEngine(cache_dir=other.root)
+    text = fresh.workaround_text({"kind": "keep_fp32", "keep_fp32": ["Softmax_5"]})
+    assert "Softmax_5" in text and "TensorRT 11" not in text
+    from bisect_tui.engines.tensorrt.buildflow import build_engine
+
     cache = EngineCache(tmp_path / "session" / "engines" / "trt_engines")
     record = {"model": "m.onnx", "keep_fp32": ["Softmax_5"]}
 
@@ -518,8 +527,6 @@ class _N:
 def test_d09_a_constant_folded_into_weights_costs_only_its_own_mark(tmp_path):
     """`c` is an ONNX Constant output: the parser turns it into weights, the
     network has no such tensor. The other marks stay; `c` is reported."""
-    from bisect_tui.engines.tensorrt.buildflow import build_engine
-    from bisect_tui.engines.tensorrt.cache import EngineCache
     from bisect_tui.engines.tensorrt.network import mark_exact
 
     def network():
@@ -527,6 +534,8 @@ def test_d09_a_constant_folded_into_weights_costs_only_its_own_mark(tmp_path):
 
     net = network()
     assert mark_exact(net, ["c", "a"]) == ["c"] and net.marked == ["a"]
+    from bisect_tui.engines.tensorrt.buildflow import build_engine
+    from bisect_tui.engines.tensorrt.cache import EngineCache
 
     def build_bytes(marks, box):
         box["missing"] = mark_exact(network(), marks)

@@ -157,3 +157,18 @@ def test_fp16_bisection_names_the_layernorm_and_keeping_it_fp32_holds(samples, c
                 assert (err <= 1e-2 + 1e-2 * np.abs(ref)).all(), name  # the fp16 preset of cases.json
         finally:
             built.close()
+
+
+def test_builds_key_on_this_gpu_and_share_one_timing_cache(samples, tmp_path):
+    """The cache key's GPU is read through libcudart (never "unknown" on a GPU
+    box) and a build leaves the session's timing cache for the next one."""
+    from bisect_tui.engines.tensorrt.engine import TensorRTEngine
+    from bisect_tui.engines.tensorrt.gpu import current_gpu
+
+    assert current_gpu() != "unknown" and "(sm_" in current_gpu()
+    built = TensorRTEngine().build(samples / "cnn.onnx", EngineConfig(precision="fp16"), workdir=tmp_path)
+    built.close()
+    caches = list((tmp_path / "trt_engines").glob("timing_*.cache"))
+    assert len(caches) == 1 and caches[0].stat().st_size > 0
+    records = [json.loads(p.read_text()) for p in (tmp_path / "trt_engines").glob("*.json")]
+    assert records and all(r.get("missing_marks") == [] for r in records)
