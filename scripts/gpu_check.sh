@@ -132,7 +132,7 @@ for flavor in $flavors; do
     step "$flavor" samples "$py" sample_models/build.py -q
     step "$flavor" inspector inspector_dump "$py" "$dir/cnn.inspector.json"
     step "$flavor" translation-tests "$py" -m pytest -q -p no:cacheprovider tests/test_tensorrt_translation.py \
-        tests/test_tensorrt_defects.py
+        tests/test_tensorrt_engine.py tests/test_tensorrt_defects_map.py tests/test_tensorrt_defects_build.py
     step "$flavor" gpu-tests "$py" -m pytest -q -p no:cacheprovider -m gpu -rs tests/test_tensorrt_gpu.py \
         --junitxml "$dir/gpu-tests.xml"
     step "$flavor" bisect bisect_sample "$venv" "$dir"

@@ -28,29 +28,10 @@ from bisect_tui.engines.tensorrt.layernames import NameRange, name_parts, nodes_
 from bisect_tui.engines.tensorrt.options import TrtOptions, validate
 from bisect_tui.engines.tensorrt.precision import NetworkLayer, plan_keep_fp32
 from bisect_tui.engines.tensorrt.profiles import build_profiles, parse_profile_range, to_polygraphy
+from fixtures.tensorrt_helpers import InputStub, chain_model
 from testlib import init, make_model, vi
 
 FIX = Path(__file__).parent / "fixtures" / "tensorrt"
-
-
-def chain_model() -> onnx.ModelProto:
-    """x -> Conv_0 -> Relu_1 -> Add_2 -> MatMul_3 -> Mul_4 -> Softmax_5 -> out"""
-    rng = np.random.default_rng(0)
-    nodes = [
-        helper.make_node("Conv", ["x", "W"], ["conv_out"], name="Conv_0", pads=[1, 1, 1, 1]),
-        helper.make_node("Relu", ["conv_out"], ["relu_out"], name="Relu_1"),
-        helper.make_node("Add", ["relu_out", "bias"], ["add_out"], name="Add_2"),
-        helper.make_node("MatMul", ["add_out", "B"], ["mm_out"], name="MatMul_3"),
-        helper.make_node("Mul", ["mm_out", "scale"], ["mul_out"], name="Mul_4"),
-        helper.make_node("Softmax", ["mul_out"], ["out"], name="Softmax_5", axis=-1),
-    ]
-    inits = [
-        init("W", rng.standard_normal((4, 3, 3, 3)).astype(np.float32)),
-        init("bias", np.ones((1, 4, 1, 1), np.float32)),
-        init("B", rng.standard_normal((8, 8)).astype(np.float32)),
-        init("scale", np.array(0.5, np.float32)),
-    ]
-    return make_model(nodes, [vi("x", [1, 3, 8, 8])], [vi("out", [1, 4, 8, 8])], inits)
 
 
 def branch_model() -> onnx.ModelProto:
@@ -335,19 +316,14 @@ def test_engine_cache_reuses_only_verified_plans(tmp_path):
 # ------------------------------------------------------------------ profiles
 
 
-class _In:
-    def __init__(self, name, shape):
-        self.name, self.shape = name, shape
-
-
 def test_profiles_from_user_shapes():
-    inputs = [_In("x", ["batch", 3, None]), _In("mask", [1, 4])]
+    inputs = [InputStub("x", ["batch", 3, None]), InputStub("mask", [1, 4])]
     specs = build_profiles(inputs, {"x": [2, 3, 16]})
     assert [(s.input, s.min, s.opt, s.max) for s in specs] == [
         ("x", (2, 3, 16), (2, 3, 16), (2, 3, 16)), ("mask", (1, 4), (1, 4), (1, 4))]
     prof = to_polygraphy(specs)
     assert len(prof) == 1 and list(prof[0]["x"]) == [[2, 3, 16]] * 3
-    assert build_profiles([_In("m", [1, 4])], {}) == []  # static: no profile
+    assert build_profiles([InputStub("m", [1, 4])], {}) == []  # static: no profile
     with pytest.raises(UserError, match="--shape x="):
         build_profiles(inputs, {})
     with pytest.raises(UserError, match="fixed at 3"):
@@ -374,243 +350,3 @@ def test_fusions_across_names_layers_that_hide_a_mark():
     assert fusions_across(fused, ["relu_out"], index) == []
     # conv_out is inside `Conv_0 + Relu_1`
     assert [f.name for f in fusions_across(fused, ["conv_out", "no_such"], index)] == ["Conv_0 + Relu_1"]
-
-
-# ------------------------------------------------------------------ engine words, repro
-
-
-def test_engine_refuses_what_tensorrt_cannot_do_and_says_how_to_apply_fixes():
-    from bisect_tui.engines.tensorrt.engine import TensorRTEngine
-
-    eng = TensorRTEngine()
-    with pytest.raises(UserError, match="no per-pass switch"):
-        eng.validate(EngineConfig(disabled_optimizers=("ConvBNFusion",)))
-    with pytest.raises(UserError, match="one optimization level"):
-        eng.validate(EngineConfig(level="basic"))
-    eng.validate(EngineConfig(precision="fp16"))
-    assert eng.describe(EngineConfig(precision="fp16", keep_fp32=("Softmax_5",))) == [
-        ("engine", "TensorRT via Polygraphy, FP16"), ("kept in FP32", "Softmax_5")]
-    text = eng.workaround_text({"kind": "keep_fp32", "layer_precisions": {"Softmax_5": "fp32", "Softmax_5_1": "fp32"}})
-    assert "--trt-npps keep_fp32.py -o model.engine" in text and "Softmax_5, Softmax_5_1" in text
-    assert "--precision-constraints obey" in text
-    assert "TensorRT 11" in eng.workaround_text({"kind": "keep_fp32"})
-    assert "--precision fp32" in eng.workaround_text({"kind": "precision", "precision": "fp32"})
-    assert eng.workaround_text({"kind": None}) == "no TensorRT setting was proven to fix it"
-    assert eng.default_precision() == "fp32"
-    assert "ModifyNetworkOutputs" in eng.workaround_text({"kind": "mark_outputs", "marked_tensors": ["t"]})
-    assert eng.name == "tensorrt" and eng.known_optimizers() == set()
-
-
-def test_repro_script_is_constant_and_reads_names_from_json(tmp_path):
-    import subprocess
-    import sys
-    from types import SimpleNamespace
-
-    from bisect_tui.engines.tensorrt.engine import TensorRTEngine
-    from bisect_tui.engines.tensorrt.repro import SCRIPT
-
-    evil = 'out"; import os; os.system("echo pwned") #'
-    spec = SimpleNamespace(model_file="model.onnx", inputs_file="inputs.npz", config=EngineConfig(precision="fp16").to_dict(),
-                           outputs=[evil], tolerance={"atol": 1e-3, "rtol": 1e-3},
-                           reference={"file": "reference.npz", "name": "onnxruntime fp32"},
-                           workaround={"kind": "keep_fp32", "keep_fp32": ["Softmax_5"]}, extra={"inputs": ["x"]})
-    files = TensorRTEngine().write_repro(tmp_path, spec)
-    assert [f.name for f in files] == ["repro_tensorrt.py", "repro_tensorrt.json", "keep_fp32.py"]
-    assert files[0].read_text() == SCRIPT and evil not in SCRIPT
-    data = json.loads(files[1].read_text())
-    assert data["outputs"] == [evil] and data["input_names"] == ["x"]
-    assert data["create_config"] == {"tf32": False, "fp16": True, "bf16": False, "int8": False,
-                                     "precision_constraints": "obey"}
-    compile(SCRIPT, "repro_tensorrt.py", "exec")
-    import importlib.util
-
-    if importlib.util.find_spec("tensorrt") is None:
-        r = subprocess.run([sys.executable, str(files[0])], capture_output=True, text=True, timeout=120)
-        assert r.returncode == 5 and "needs tensorrt and polygraphy" in r.stderr
-
-
-def test_int8_refusal_comes_before_tensorrt_is_needed(tmp_path):
-    from bisect_tui.engines.tensorrt.engine import TensorRTEngine
-
-    src = tmp_path / "m.onnx"
-    onnx.save(chain_model(), str(src))
-    with pytest.raises(UserError) as e:
-        TensorRTEngine().build(src, EngineConfig(precision="int8"))
-    assert e.value.code == ExitCode.USAGE and "calibration cache" in str(e.value)
-
-
-# ------------------------------------------------------------------ the GPU-box script, the extra
-
-
-def test_gpu_check_script_parses_and_stops_cleanly_without_a_gpu(tmp_path):
-    import shutil
-    import subprocess
-
-    script = Path(__file__).resolve().parents[1] / "scripts" / "gpu_check.sh"
-    assert subprocess.run(["bash", "-n", str(script)]).returncode == 0
-    if shutil.which("nvidia-smi"):
-        pytest.skip("this machine has nvidia-smi: the script would really run")
-    r = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=60,
-                       env={"PATH": "/usr/bin:/bin", "OUT_DIR": str(tmp_path / "out"), "VENV": str(tmp_path / "venv")})
-    assert r.returncode == 5 and "needs an NVIDIA GPU" in r.stderr
-    assert not (tmp_path / "venv").exists()  # nothing installed on a machine that cannot run it
-
-
-def test_tensorrt_extra_is_optional():
-    import tomllib
-
-    meta = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())["project"]
-    assert not any("tensorrt" in d for d in meta["dependencies"])
-    assert not any("tensorrt" in d for d in meta["optional-dependencies"]["test"])
-    assert meta["optional-dependencies"]["tensorrt"] == ["tensorrt>=10,<12"]
-
-
-def test_declarations_import_no_engine_library():
-    import subprocess
-    import sys
-
-    code = ("import sys, bisect_tui.engines.tensorrt as t; "
-            "print(t.LABEL, sorted(m for m in ('tensorrt', 'polygraphy.backend.trt', 'onnxruntime', 'onnx') "
-            "if m in sys.modules))")
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
-    assert r.returncode == 0, r.stderr
-    assert r.stdout.strip() == "TensorRT []"
-
-
-def test_engines_are_cached_in_the_session_even_for_marked_builds(tmp_path):
-    """The search builds marked engines without a workdir: the cache is found
-    from the model's place in the session."""
-    from bisect_tui.engines.tensorrt.engine import session_cache_dir
-
-    sess = tmp_path / "sess"
-    (sess / "bisect" / "iso_3").mkdir(parents=True)
-    (sess / "session.json").write_text("{}")
-    assert session_cache_dir(sess / "model.onnx") == (sess / "engines" / "trt_engines").resolve()
-    assert session_cache_dir(sess / "bisect" / "iso_3" / "subgraph.onnx") == (sess / "engines" / "trt_engines").resolve()
-    loose = tmp_path / "loose"
-    loose.mkdir()
-    assert session_cache_dir(loose / "m.onnx") is None
-    assert session_cache_dir(loose / "m.onnx", tmp_path / "wd") == tmp_path / "wd" / "trt_engines"
-    # a symlinked session.json is not trusted
-    other = tmp_path / "other"
-    other.mkdir()
-    os.symlink(sess / "session.json", other / "session.json")
-    assert session_cache_dir(other / "m.onnx") is None
-
-
-def test_build_progress_lines_and_cancel():
-    from bisect_tui.engines.tensorrt.progress import BuildProgress
-
-    lines, answers = [], iter([None, None, None, False])
-    bp = BuildProgress(lambda text: (lines.append(text), next(answers, None))[1])
-    bp.phase_start("Building engine", None, 3)
-    bp.phase_start("Tactic selection", "Building engine", 10)
-    assert bp.step_complete("Tactic selection", 4) is True
-    assert lines[-1] == "building the TensorRT engine: Building engine 0/3 > Tactic selection 5/10"
-    assert bp.step_complete("Tactic selection", 5) is False  # the user cancelled: TensorRT stops the build
-    bp.phase_finish("Tactic selection")
-    bp.phase_finish("Building engine")
-    assert lines[-1] == "building the TensorRT engine: done"
-
-
-class _Tensor:
-    """Stand-in for trt.ITensor (TensorRT cannot run here): only the attributes
-    the network edits read or write."""
-
-    def __init__(self, name, dtype="DataType.FLOAT"):
-        self.name, self.dtype, self.is_network_output = name, dtype, False
-
-
-class _Layer:
-    def __init__(self, name, outs, metadata=""):
-        self.name, self._outs, self.metadata, self.type = name, outs, metadata, "LayerType.ELEMENTWISE"
-        self.precision, self.out_types = None, {}
-
-    @property
-    def num_outputs(self):
-        return len(self._outs)
-
-    def get_output(self, i):
-        return self._outs[i]
-
-    def set_output_type(self, i, t):
-        self.out_types[i] = t
-
-
-class _Network:
-    def __init__(self, inputs, layers):
-        self._in, self._layers, self.marked = inputs, layers, []
-
-    num_inputs = property(lambda self: len(self._in))
-
-    def get_input(self, i):
-        return self._in[i]
-
-    def __iter__(self):
-        return iter(self._layers)
-
-    def mark_output(self, t):
-        t.is_network_output = True
-        self.marked.append(t.name)
-
-
-def test_marking_matches_names_exactly_and_pins_set_fp32():
-    """Polygraphy's ModifyNetworkOutputs would read `a[0]*` as a pattern and
-    mark `a0x`; names are data, so marking is by exact name."""
-    from bisect_tui.engines.tensorrt.engine import apply_pins, mark_exact, network_layers
-
-    net = _Network([_Tensor("x")], [_Layer("L0", [_Tensor("a0x")]), _Layer("L1", [_Tensor("a[0]*")]),
-                                    _Layer("L2", [_Tensor("shape", "DataType.INT64")], "[ONNX Layer: N2]")])
-    assert mark_exact(net, ["a[0]*"]) == [] and net.marked == ["a[0]*"]
-    # a name the network lacks is reported; the others are still marked (issue 25, item 9)
-    assert mark_exact(net, ["a[0]?", "a0x"]) == ["a[0]?"] and net.marked == ["a[0]*", "a0x"]
-    layers = network_layers(net)
-    assert layers[2] == NetworkLayer("L2", ("shape",), ("INT64",), "[ONNX Layer: N2]", "ELEMENTWISE")
-    from bisect_tui.engines.tensorrt.precision import PrecisionPlan
-
-    assert apply_pins(net, PrecisionPlan("layer_precisions", {"L1": "fp32"}, output_types={"L1": [0]}),
-                      "FP32-TYPE") == 1
-    assert net._layers[1].precision == "FP32-TYPE" and net._layers[1].out_types == {0: "FP32-TYPE"}
-    assert net._layers[0].precision is None
-
-
-def test_profile_shapes_come_from_the_session_inputs_headers_only(tmp_path):
-    """A dynamic model in a session: the engine builds for the saved inputs'
-    shapes (input.npz stores (samples, *shape)), read without loading data."""
-    from bisect_tui.engines.tensorrt.engine import session_input_shapes
-
-    sess = tmp_path / "s"
-    (sess / "bisect").mkdir(parents=True)
-    (sess / "session.json").write_text("{}")
-    np.savez(sess / "input.npz", x=np.zeros((3, 2, 5), np.float32), ids=np.zeros((3, 7), np.int64))
-    assert session_input_shapes(sess / "model.onnx") == {"x": [2, 5], "ids": [7]}
-    assert session_input_shapes(sess / "bisect" / "sub.onnx") == {"x": [2, 5], "ids": [7]}
-    specs = build_profiles([_In("x", ["batch", 5])], session_input_shapes(sess / "model.onnx"))
-    assert specs[0].opt == (2, 5)
-    (sess / "input.npz").write_bytes(b"not a zip")
-    assert session_input_shapes(sess / "model.onnx") == {}
-    assert session_input_shapes(tmp_path / "elsewhere.onnx") == {}
-
-
-def test_cli_tensorrt_refusals_are_one_line(tmp_path):
-    """Through the real CLI, without TensorRT: INT8 without a cache is bad input
-    (exit 2); a build needs TensorRT (exit 5, how to install it)."""
-    import subprocess
-    import sys
-
-    src = tmp_path / "m.onnx"
-    onnx.save(chain_model(), str(src))
-    base = [sys.executable, "-m", "bisect_tui", "check", str(src), "--engine", "tensorrt", "-q"]
-    r = subprocess.run(base + ["--precision", "int8", "--session", str(tmp_path / "s1")],
-                       capture_output=True, text=True, timeout=300)
-    assert r.returncode == 2, r.stderr
-    assert r.stderr.count("\n") == 1 and "INT8 needs a calibration cache" in r.stderr
-    r = subprocess.run(base + ["--disable", "ConvBNFusion", "--session", str(tmp_path / "s2")],
-                       capture_output=True, text=True, timeout=300)
-    assert r.returncode == 2 and r.stderr.count("\n") == 1
-    import importlib.util
-
-    if importlib.util.find_spec("tensorrt") is None:
-        r = subprocess.run(base + ["--precision", "fp16", "--session", str(tmp_path / "s3")],
-                           capture_output=True, text=True, timeout=300)
-        assert r.returncode == 5 and "pip install -e '.[tensorrt]'" in r.stderr and "Traceback" not in r.stderr
