@@ -8,7 +8,9 @@ The reason is only in those logged lines, so a build runs inside
 `captured_errors()`: Polygraphy's documented switch
 `G_LOGGER.use_python_logging_system` routes its messages to Python's logging
 logger "Polygraphy", where a handler keeps the ERROR lines (and Polygraphy's
-console chatter stays out of the CLI's and the app's output meanwhile)."""
+console chatter stays out of the CLI's and the app's output meanwhile).
+Builds running at once in one process see each other's lines: the logger is
+global in Polygraphy and in TensorRT."""
 
 from __future__ import annotations
 

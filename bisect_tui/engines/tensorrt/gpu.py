@@ -35,10 +35,17 @@ def current_gpu() -> str:
         if (lib.cudaDeviceGetAttribute(ctypes.byref(major), _CC_MAJOR, dev)
                 or lib.cudaDeviceGetAttribute(ctypes.byref(minor), _CC_MINOR, dev)):
             return "unknown"
-        prop = ctypes.create_string_buffer(_PROP_BYTES)
-        name = ""
-        if lib.cudaGetDeviceProperties(prop, dev) == 0:
-            name = prop.raw[:256].split(b"\0", 1)[0].decode("utf-8", "replace")
-        return gpu_identity(name, major.value, minor.value)
+        return gpu_identity(_device_name(lib, dev), major.value, minor.value)
     except Exception:  # no CUDA runtime, no device, an old driver: the cache cannot tell GPUs apart
         return "unknown"
+
+
+def _device_name(lib, dev) -> str:
+    """CUDA 12 headers map cudaGetDeviceProperties to `_v2`; the runtime may
+    export either: try both, the name is "" when neither answers."""
+    prop = ctypes.create_string_buffer(_PROP_BYTES)
+    for symbol in ("cudaGetDeviceProperties_v2", "cudaGetDeviceProperties"):
+        fn = getattr(lib, symbol, None)
+        if fn is not None and fn(prop, dev) == 0:
+            return prop.raw[:256].split(b"\0", 1)[0].decode("utf-8", "replace")
+    return ""
