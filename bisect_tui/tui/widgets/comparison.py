@@ -8,7 +8,7 @@ from textual.app import ComposeResult
 from textual.widgets import DataTable, Static
 
 from bisect_tui.core.report import BISECT_VERDICT
-from bisect_tui.core.report.words import passes_of
+from bisect_tui.core.report.sections import engine_section
 from bisect_tui.tui.format import fmt, ratio, short, verdict_word
 from bisect_tui.tui.state import TriageState
 from bisect_tui.tui.widgets.stepview import StepView, T, _fill
@@ -53,8 +53,8 @@ class ComparisonView(StepView):
             for w in widgets:
                 w.add_class("hidden")
             return
-        c = f["config"]
-        entries = ", ".join(f"{k}={v}" for k, v in (c.get("config_entries") or {}).items())
+        eng = engine_section(f).data  # the report's engine section: the comparison's own record has its keys
+        entries = ", ".join(f"{k}={v}" for k, v in eng["entries"])
         n_fail = len(f["failing_outputs"])
         verdict = ("✔ PASS: every output within tolerance" if f["passed"]
                    else f"✘ FAIL: {n_fail} of {len(f['outputs'])} output(s) break tolerance; press b to bisect")
@@ -71,9 +71,9 @@ class ComparisonView(StepView):
         if sh.get("first_failing_tensor"):
             sens_line += f"\nfirst tensor out of tolerance inside the fused graph: {sh['first_failing_tensor']}"
         text.update(T(
-            f"engine {f['engine']} level={c['level']} precision={c['precision']}"
+            f"engine {eng['engine']} level={eng['level']} precision={eng['precision']}"
             + (f" {entries}" if entries else "")
-            + (f" disabled={','.join(passes_of(c))}" if passes_of(c) else "")
+            + (f" disabled={','.join(eng['disabled'])}" if eng["disabled"] else "")
             + f"\n{len(f['fused_nodes'])} fused node(s) of {f['optimized_nodes']} in the optimized graph "
             f"({f['original_nodes']} original)\n{verdict}" + sens_line
         ))
