@@ -132,3 +132,30 @@ def test_error_profile_text_marks_the_jump():
     assert marks.index("C") == 7 + 17  # tensor #3 starts at column ceil(3 * 33 / 6) of 33
     assert "▲ first crossing: #3 t3 (Add, x40 of the tolerance)" in text
     assert "3 above the tolerance" in text
+
+
+def test_both_renderers_show_the_same_sections(samples, tmp_path, capsys):
+    """The text and the Markdown render one section model: the same outputs with the same
+    verdicts, the baseline as its manifest says it ran, the engine's own settings lines."""
+    from bisect_tui.core.report import check_text, outputs_section
+
+    sess = tmp_path / "s"
+    code, _, err = run(["check", samples / "transformer_block.onnx", "--session", sess, *GELU,
+                        "--json", tmp_path / "r.json", "-q"], capsys)
+    assert code == 1, err
+    s = json.loads((tmp_path / "r.json").read_text())
+    text, md = check_text(s), check_markdown(s, base=tmp_path)
+    rows = outputs_section(s).table.rows
+    assert [r[0] for r in rows] == list(s["outputs"]) == ["mlp/residual:0"]
+    for name, passed, *_ in rows:
+        word = "PASS" if passed else "FAIL"
+        assert f"[{word}] {name}:" in text and f"| {name} | {word} |" in md
+    # how the baseline ran, in the words its manifest keeps
+    opts = json.loads((sess / "baseline" / "manifest.json").read_text())["options"]
+    size = f"{s['baseline']['bytes'] / (1 << 20):.1f} MB"
+    assert f"tensors dumped ({size}), {opts['optimization']}, FP32, CPU\n" in md
+    # the engine's own describe() lines, kept in report.json
+    assert s["engine_settings"] and all(f"- {label}: " in md for label, _ in s["engine_settings"])
+    # a report.json read where its session is not: the baseline line without the manifest's words
+    moved = {**s, "baseline": {**s["baseline"], "dir": str(tmp_path / "elsewhere")}}
+    assert f"tensors dumped ({size}), FP32, CPU\n" in check_markdown(moved, base=tmp_path)

@@ -48,7 +48,7 @@ WHY: dict[str, dict[str, tuple[str, str]]] = {
     "baseline": {
         "en": (
             "The baseline is the reference answer: the model run with every fusion switched off "
-            "(ORT_DISABLE_ALL) in FP32, with every layer's output saved. With only the final "
+            "in FP32, with every layer's output saved. With only the final "
             "output you know that the result is wrong, not where it starts; one fused op can "
             "stand for several original layers.",
             "A baseline in FP16 already carries rounding error; dumping every tensor of a big "
@@ -56,7 +56,7 @@ WHY: dict[str, dict[str, tuple[str, str]]] = {
             "out1.npy, out2.npy... get lost: name each dump by layer index, op and tensor.",
         ),
         "zh": (
-            "基线就是“标准答案”：关闭所有融合（ORT_DISABLE_ALL）、用 FP32 跑一遍，并保存每一层的"
+            "基线就是“标准答案”：关闭所有融合、用 FP32 跑一遍，并保存每一层的"
             "输出。只有最终输出，你只知道结果错了，却不知道从哪一层开始错；一个融合算子可能对应原"
             "模型的好几层。",
             "用 FP16 跑基线，基线本身就带误差；大模型一次性保存所有中间结果会内存爆炸（按内存预算"

@@ -1,8 +1,8 @@
 """Settings form: the inputs (shapes, fixed values, an input file, seed, samples),
-the engine (level, precision, config entries, disabled optimizers) and the tolerance.
+the engine (the options its declaration lists, and the precision) and the tolerance.
 
 Returns new TriageOptions with `dismiss(options)`, or None when cancelled.
-Every value is validated here (optimizer names against the installed engine)
+Every value is validated here (pass names against the installed engine)
 so a typo is a one-line message in the form, never a silently ignored option.
 """
 
@@ -26,7 +26,7 @@ from bisect_tui.core.errors import UserError
 from bisect_tui.core.inputs import parse_input_values, parse_shapes, value_text
 from bisect_tui.core.pipeline import TriageOptions
 from bisect_tui.core.tolerance import PRESETS, ToleranceSpec, parse_tolerance
-from bisect_tui.engines.registry import declaration
+from bisect_tui.engines.registry import declaration, get_engine
 
 
 def parse_entries(text: str) -> tuple[tuple[str, str], ...]:
@@ -190,7 +190,7 @@ class SettingsScreen(ModalScreen[Optional[TriageOptions]]):
 
     def _form_options(self) -> list:
         """The engine's declared options shown here, with the common precision
-        after the first of them (ORT: level, precision, config entries, disable)."""
+        after the first of them (an engine with levels: level, precision, then the rest)."""
         opts = [o for o in declaration(self.options.engine).OPTIONS if o.in_form]
         return opts[:1] + [None] + opts[1:]
 
@@ -243,8 +243,6 @@ class SettingsScreen(ModalScreen[Optional[TriageOptions]]):
 
     @work(thread=True, exclusive=True, group="known-optimizers", exit_on_error=False)
     def _load_known(self) -> None:
-        from bisect_tui.engines import get_engine
-
         try:
             known = get_engine(self.options.engine).known_optimizers()
         except Exception:
@@ -290,13 +288,13 @@ class SettingsScreen(ModalScreen[Optional[TriageOptions]]):
         decl = declaration(self.options.engine)
         values = self._engine_values()
         precision = str(self.query_one("#precision", Select).value)
-        disabled = tuple(values.get("disable") or ()) if any(
-            o.field == "disabled_optimizers" for o in decl.OPTIONS) else ()
+        # the option listing passes to switch off, on an engine that has such switches
+        passes = next((o for o in decl.OPTIONS if o.field.startswith("disabled_")), None)
+        disabled = (tuple(values.get(passes.name) or ())
+                    if passes is not None and decl.CAPABILITIES.pass_switches else ())
         if disabled:
             known = self._known
             if known is None:
-                from bisect_tui.engines import get_engine
-
                 known = get_engine(self.options.engine).known_optimizers()
                 self._known = known
             unknown = [n for n in disabled if n not in known]
@@ -319,8 +317,6 @@ class SettingsScreen(ModalScreen[Optional[TriageOptions]]):
         # replace, not rebuild: settings the form does not show (keep-fp32 nodes, providers) stay
         config = dataclasses.replace(self.options.config, precision=precision,
                                      options=tuple(sorted({**kept, **engine_options}.items())), **fields)
-        from bisect_tui.engines import get_engine
-
         get_engine(self.options.engine).validate(config)  # what the installed engine would ignore
         shapes = parse_shapes(split_items(self.query_one("#shapes", Input).value))
         values = parse_input_values(split_items(self.query_one("#values", Input).value))

@@ -7,7 +7,7 @@ from typing import Optional
 from rich.text import Text
 from textual.widgets import Static
 
-from bisect_tui.core.report import BISECT_VERDICT, distinct
+from bisect_tui.core.report import BISECT_VERDICT, distinct, passes_text, workaround_section
 from bisect_tui.tui.format import fmt, shown
 
 
@@ -47,8 +47,7 @@ def culprit_text(result: Optional[dict], status: str = "idle") -> Text:
         t.append(shown(", ".join(c["original_nodes"])) + "\n")
         confirmed = bool(c.get("attribution", {}).get("confirmed"))
         t.append("  optimizer(s): ", style="bold")
-        how = (c.get("attribution") or {}).get("how") or ""
-        t.append(", ".join(c["optimizers"]) or (how if how.startswith("not attributed to a pass") else "unknown"))
+        t.append(passes_text(c))
         t.append(" (confirmed: disabling removes the fused node)\n" if confirmed else "\n")
         iso = c.get("isolated") or {}
         for name, o in (iso.get("outputs") or {}).items():
@@ -70,14 +69,15 @@ def culprit_text(result: Optional[dict], status: str = "idle") -> Text:
                 idx = ",".join(str(x) for x in w["index"]) if isinstance(w["index"], list) else w["index"]
                 truth, unfused, fused = distinct([w["truth"], w["unfused"], w["fused"]])
                 t.append(f"    [{idx}] {truth} / {unfused} / {fused}\n")
-    w = result.get("workaround")
+    w = workaround_section(result)
     if w:
+        d = w.data
         t.append("\nWorkaround: ", style="bold")
-        if w.get("kind") == "disable_optimizers":
-            t.append(f"disable {', '.join(w['disabled_optimizers'])}: the full engine then passes "
-                     f"(max abs {fmt(w['full_engine']['max_abs'])})\n  {w['how']}\n")
+        if d["kind"] == "disable_optimizers":  # the engine's own words for applying it: `how`
+            t.append(f"disable {', '.join(d['passes'])}: the full engine then passes "
+                     f"(max abs {fmt(d['max_abs'])})\n  {d['how']}\n")
         else:
-            t.append(f"{w.get('how', 'none found')}\n")
+            t.append(f"{d['how'] or 'none found'}\n")
     p = result.get("precision")
     if p and p.get("passed"):
         t.append("\nKeep in FP32: ", style="bold")

@@ -1,0 +1,221 @@
+"""The check's sections rendered as Markdown that can be pasted into a bug
+tracker as is: paths relative to the report's folder, the settings as a
+command line, plots referenced by file name (they travel in bundle.zip)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+from bisect_tui.core.escape import md, md_code
+from bisect_tui.core.report.framework import framework_section
+from bisect_tui.core.report.mdtools import code_cell as _c, fenced, image, table, text as _t
+from bisect_tui.core.report.sections import (
+    arbiter_section, baseline_section, engine_section, outputs_section, shared_section
+)
+from bisect_tui.core.report.words import (
+    VERDICT_TEXT, cos_text, fmt, sensitivity_text, shown_path, size_text, tolerance_text
+)
+
+MAX_TABLE_ROWS = 300  # longer tables say how many rows are left and where they are
+
+
+def environment_md(s: dict) -> str:
+    """The software the baseline ran with: report.json's versions list it first,
+    before the machine's counts (cpu_count, memory) and the engine's own."""
+    v = s.get("versions", {})
+    keys = list(v)
+    keys = keys[:keys.index("cpu_count")] if "cpu_count" in keys else [k for k in keys if isinstance(v[k], str)]
+    return "\n".join(f"- {k}: {_t(v[k])}" for k in keys)
+
+
+def arbiter_markdown(arb: dict | None) -> list[str]:
+    sec = arbiter_section(arb)
+    if sec is None:
+        return []
+    d = sec.data
+    if not d["available"]:
+        return [f"Float64 arbiter: not run ({md(d['reason'])}).", ""]
+    rows = [[_c(name), "not worse than FP32" if not_worse else "**worse than FP32**", fmt(base_rmse),
+             fmt(fused_rmse), f"{fmt(ratio)}x", fmt(fw_rmse) if has_fw else "-",
+             "FAIL (too tight)" if too_tight else ("PASS" if tol_passed else "FAIL")]
+            for (name, not_worse, base_rmse, fused_rmse, ratio, fw_rmse, too_tight, tol_passed, _, _), has_fw
+            in zip(sec.table.rows, d["has_framework"])]
+    return [
+        f"### {sec.title}",
+        f"Truth: {md(d['truth_source'])}. The fused result is *not worse than FP32* when its RMSE against the "
+        f"truth is within {d['factor']:g}x the FP32 baseline's (PyTorch minifier and msprobe use the same rule).",
+        "",
+        table(list(sec.table.headers), rows),
+        "",
+    ]
+
+
+def framework_markdown(fw: dict | None) -> list[str]:
+    sec = framework_section(fw)
+    if sec is None:
+        return []
+    d = sec.data
+    ex, cc = d["export"], d["crosscheck"]
+    parts = [
+        f"## {sec.title}",
+        f"- model: {md_code(d['spec'])}, exported with the **{ex['exporter']}** exporter "
+        f"(torch {md(ex['torch_version'])}, opset {ex['opset']}, traced with {md(ex['traced_with'])})",
+    ]
+    if ex.get("fallback_reason"):
+        parts.append(f"- dynamo exporter not used: {md(ex['fallback_reason'])}")
+    parts += [
+        f"- golden data: {d['golden']['tensors']} module outputs from forward hooks (FP32, eval mode), "
+        f"{size_text(d['golden']['bytes'])}, " + d["runs"],
+        f"- export cross-check: {md(d['coverage'])}; "
+        + ("**every mapped output matches PyTorch**" if cc["passed"] else
+           f"**{cc['failing']} mapped output(s) differ from PyTorch**"),
+        "",
+    ]
+    if d["unmapped"]:
+        parts += [table(["unmapped", "modules", "why"],
+                        [[len(modules), ", ".join(_c(m) for m in modules[:8]) + (" ..." if len(modules) > 8 else ""),
+                          md(why)] for modules, why in d["unmapped"]]), ""]
+    if d["mismatches"]:
+        parts += [table(["golden file", "module", "type", "ONNX tensor", "max abs", "cosine"],
+                        [[_c(m["name"]), _c(m["module"]), md(m["type"]), _c(m["onnx_tensor"]),
+                          fmt(m["max_abs"]), cos_text(m["cosine"])] for m in d["mismatches"]]), ""]
+    parts += ["### Golden-data pitfalls",
+              table(list(sec.table.headers),
+                    [[md(title), state.replace("_", " "), md(detail), md(what) if state == "found" else "-"]
+                     for title, state, detail, _, what in sec.table.rows]), ""]
+    return parts
+
+
+def _inputs_md(inp: dict) -> str:
+    arrays = ", ".join(f"{md_code(a['name'])} {'x'.join(map(str, a['shape'])) or 'scalar'} {_t(a['dtype'])}"
+                       for a in inp.get("arrays", []))
+    if inp.get("kind") == "file":
+        src = f"from file {md_code(Path(inp.get('file') or '').name)}"
+    else:
+        src = f"generated with seed {inp.get('seed')}"
+    return f"{arrays}; {inp.get('samples', 1)} sample(s), {src}"
+
+
+def _input_lines(inp: dict) -> list[str]:
+    """How each input was made; integer and bool inputs also with their values,
+    since they decide what the model computes (a sample rate, a mask)."""
+    out = []
+    for a in inp.get("arrays", []):
+        how = a.get("how")
+        vals = a.get("values")
+        if not how and vals is None:
+            continue
+        line = f"{md_code(a['name'])}: {md(how or '')}"
+        if vals is not None:
+            line += f"; values: {', '.join(str(v).lower() if isinstance(v, bool) else str(v) for v in vals)}"
+        elif a.get("min") is not None and a["dtype"].startswith(("int", "uint")):
+            line += f"; range {fmt(a['min'])}..{fmt(a['max'])}"
+        out.append(line)
+    return out
+
+
+def _baseline_md(s: dict) -> list[str]:
+    sec = baseline_section(s)
+    d = sec.data
+    return [
+        f"## {sec.title}",
+        f"- baseline: {d['tensors']} tensors dumped ({d['size']}), {d['how']}",
+        *([f"- warning: {_t(d['memory_warning'])}"] if d["memory_warning"] else []),
+        *[f"- {_t(line)}" for line in sec.lines],
+        "",
+    ]
+
+
+def _engine_md(s: dict) -> list[str]:
+    sec = engine_section(s)
+    d = sec.data
+    entries = ", ".join(md_code(f"{k}={v}") for k, v in d["entries"]) or "none"
+    disabled = ", ".join(md_code(n) for n in d["disabled"]) or "none"
+    settings = sec.table.rows
+    outputs = outputs_section(s).table
+    return [
+        f"## {sec.title}",
+        f"engine {md_code(d['engine'])}, level {md_code(d['level'])}, precision {md_code(d['precision'])}; "
+        f"config entries: {entries}; disabled optimizers: {disabled}",
+        "",
+        *[f"- {md(str(k))}: {md(str(v))}" for k, v in settings],
+        *([""] if settings else []),
+        table(list(outputs.headers[:-1]),
+              [[_t(n), "PASS" if passed else "FAIL", fmt(max_abs), fmt(mean_abs), fmt(max_rel), cos_text(cosine),
+                fmt(snr), "" if passed else _t(summary)]
+               for n, passed, max_abs, mean_abs, max_rel, cosine, snr, summary, _ in outputs.rows]),
+        "",
+    ]
+
+
+def _plots_md(s: dict) -> list[str]:
+    from bisect_tui.core.plots import PROFILE_FILE
+
+    parts = []
+    plots = dict(s.get("plots") or {})
+    profile = plots.pop(PROFILE_FILE, None)
+    sh = shared_section(s)
+    if sh:
+        first = sh.data["first"]
+        parts += [f"Tensors inside the fused graph: {sh.data['failing']} of {sh.data['compared']} "
+                  "out of tolerance" + (f", the first in topological order: {md_code(first)}" if first else ""), ""]
+    if profile:
+        parts += [image("error along the graph: each tensor's error / tolerance in topological order, "
+                        "log scale", profile),
+                  f"*{md(Path(profile).name)}: each tensor's error as a multiple of the tolerance, in "
+                  "topological order (log scale); the dashed line is the tolerance, the orange line the "
+                  "first crossing, triangles the culprit's tensors.*", ""]
+    for name, path in plots.items():
+        parts += [image(f"{name}: baseline vs fused values and error", path),
+                  f"*{md(Path(path).name)}: {md(name)}, baseline and fused values overlaid (left), "
+                  "the error's distribution (right).*", ""]
+    return parts
+
+
+def _fused_nodes_md(nodes: list[dict]) -> list[str]:
+    if not nodes:
+        return []
+    parts = [
+        f"### Fused nodes ({len(nodes)})",
+        table(["fused node", "op", "original nodes", "optimizers"],
+              [[_c(n["name"]), _t(n["op_type"]), _t(", ".join(n["original_nodes"])),
+                _t(", ".join(n["optimizers"]) or "-")] for n in nodes[:MAX_TABLE_ROWS]]),
+    ]
+    if len(nodes) > MAX_TABLE_ROWS:
+        parts.append(f"\n{len(nodes) - MAX_TABLE_ROWS} more fused node(s) not shown: all {len(nodes)} "
+                     "are in report.json under `fused_nodes`.")
+    parts.append("")
+    return parts
+
+
+def check_markdown(s: dict, title: Optional[str] = None, base: Optional[Path] = None,
+                   command: str = "check") -> str:
+    """The report as Markdown: paths relative to `base` (the report's folder)."""
+    m = s["model"]
+    parts = [
+        title or f"# bisect-tui check: {VERDICT_TEXT[s['verdict']]}",
+        "",
+        f"- model: {md_code(Path(m['path']).name)} ({m['nodes']} nodes, opset {m['opset']}, "
+        f"sha256 {md_code(m['sha256'][:16])})",
+        f"- inputs: {_inputs_md(s['inputs'])}",
+        *[f"  - {line}" for line in _input_lines(s["inputs"])],
+        f"- session directory: {md_code(shown_path(s['session'], base))}",
+        f"- tolerance: {_t(tolerance_text(s['tolerance']))}",
+        "",
+    ]
+    cmd = (s.get("command") or {}).get(command)
+    if cmd:
+        parts += ["How it was run (the same command reproduces it; the session is reused):", "",
+                  *fenced([cmd]), ""]
+    parts += ["## Environment", environment_md(s), "", *_baseline_md(s), *framework_markdown(s.get("framework"))]
+    if s.get("config"):
+        parts += _engine_md(s)
+        parts += arbiter_markdown(s.get("arbiter"))
+        sens_line = sensitivity_text(s.get("sensitivity"))
+        if sens_line:
+            parts += [_t(sens_line), ""]
+        parts += _plots_md(s)
+        parts += _fused_nodes_md(s["fused_nodes"])
+    parts.append(f"**Verdict: {VERDICT_TEXT[s['verdict']]}** (exit code {s['exit_code']})")
+    return "\n".join(parts) + "\n"

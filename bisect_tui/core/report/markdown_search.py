@@ -1,0 +1,105 @@
+"""The bisection's sections rendered as Markdown, after the check's report."""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+from typing import Optional
+
+from bisect_tui.core.escape import md, md_code
+from bisect_tui.core.report.markdown import check_markdown
+from bisect_tui.core.report.mdtools import code_cell as _c, fenced, table, text as _t
+from bisect_tui.core.report.search import (
+    culprits_section, evidence_lines, local_rows, precision_lines, region_lines, steps_section, verdict_words,
+    workaround_section,
+)
+from bisect_tui.core.report.words import BISECT_VERDICT, fmt
+
+
+def bisect_title(b: dict) -> str:
+    names = "; ".join(f"{c['op_type']} ({', '.join(c['optimizers']) or 'optimizer unknown'})"
+                      for c in b.get("culprits") or [])
+    return f"# bisect-tui bisect: {md(verdict_words(b))}" + (f": {md(names)}" if names else "")
+
+
+def _culprits_md(b: dict, engine: str) -> list[str]:
+    if not b["culprits"]:
+        return []
+    sec = culprits_section(b, engine)
+    parts = [f"### {sec.title}", table(list(sec.table.headers), [
+        [i, _c(node), _t(op), ", ".join(_c(n) for n in originals), _t(passes), iso, ratio]
+        for i, node, op, originals, passes, iso, ratio in sec.table.rows]), ""]
+    for i, (lines, worst) in enumerate(zip(sec.data["evidence"], sec.data["worst"]), 1):
+        parts += [f"#### Culprit {i}: evidence in isolation", *fenced(lines), ""]
+        if worst:
+            parts += [table(["index", "float64 truth", "unfused FP32", "fused"],
+                            [[_t(index), *values] for index, *values in worst]), ""]
+    return parts
+
+
+def _local_md(lj: dict) -> list[str]:
+    from bisect_tui.core.bisect.local_judgement import summary_line
+
+    return ["### Local judgement (each fused node alone vs float64)", summary_line(lj), "",
+            table(["fused node", "op", "fused / FP32 error", "verdict"],
+                  [[_c(r["fused_node"]), md(r["op_type"]), fmt(r["ratio"]), r["verdict"]]
+                   for r in local_rows(lj)[:30]]), ""]
+
+
+def _workaround_md(b: dict) -> list[str]:
+    sec = workaround_section(b)
+    if sec is None:
+        return []
+    d = sec.data
+    if d["kind"] == "disable_optimizers":
+        line = (f"Disable {md_code(', '.join(d['passes']))}: the full engine then passes "
+                f"(max abs {fmt(d['max_abs'])}, {d['fused_nodes']} fused nodes kept). {md_code(d['how'])}")
+    else:
+        line = _t(d["how"])
+    return [f"### {sec.title}", line, ""]
+
+
+def bisect_markdown(s: dict, base: Optional[Path] = None) -> str:
+    b = s["bisect"]
+    engine = s.get("engine") or ""
+    parts = [check_markdown(s, title=bisect_title(b), base=base, command="bisect").rstrip().rsplit("\n**Verdict", 1)[0],
+             "",
+             f"## Bisection: {BISECT_VERDICT[b['verdict']]}",
+             f"{b['engine_builds']} engine builds, searched at optimization level {md_code(b.get('level'))} "
+             f"over {len(b.get('units', []))} fused nodes.", ""]
+    parts += _culprits_md(b, engine)
+    if b.get("explanation"):
+        parts += [_t(b["explanation"]), ""]
+    if b.get("region_isolation"):
+        parts += ["### Regions judged alone (marking did not block their fusions)",
+                  *fenced(region_lines(b["region_isolation"])), ""]
+    if b.get("stopped_reason"):
+        parts += [f"**Stopped early:** {_t(b['stopped_reason'])}", ""]
+    if b.get("local_judgement"):
+        parts += _local_md(b["local_judgement"])
+    if (b.get("evidence") or {}).get("node"):
+        parts += ["### Where the error starts", *fenced(evidence_lines(b["evidence"])), ""]
+    p = b.get("precision")
+    if p:
+        title = "Precision setting" if p.get("kind") == "precision_setting" else "Keep-set: nodes to keep in FP32"
+        parts += [f"### {title}", *fenced(precision_lines(p)), ""]
+        if p.get("seeds"):
+            parts += [table(["seed", "why"], [[_c(r["node"]), md(r["why"])] for r in p["seeds"]]), ""]
+    steps = steps_section(b)
+    parts += [f"### {steps.title}", table(list(steps.table.headers), [
+        [n, _t(kind), _t(region), marks, builds, fmt(ratio), fmt(max_abs), "pass" if passed else "FAIL"]
+        for n, kind, region, marks, builds, ratio, max_abs, passed in steps.table.rows]), ""]
+    rp = b.get("rest_proven_by")
+    if rp:
+        parts += [f"The other fusions pass together: step {rp['step']} ({_t(rp['kind'])}, x{fmt(rp['ratio'])} of the "
+                  "tolerance) holds every other fused node unchanged, so they need no build of their own.", ""]
+    parts += _workaround_md(b)
+    # shell lines: every name quoted, so copying them never runs anything else
+    w = workaround_section(b)
+    passes = w.data["passes"] if w else []
+    parts += ["### How to reproduce", *fenced([
+              "unzip bundle.zip && python repro/repro.py        # exits 1 while the bug is present",
+              *(["python repro/repro.py " + " ".join(f"--disable {shlex.quote(n)}" for n in passes)
+                 + "   # exits 0 with the workaround"] if passes else [])]),
+              "", f"**Verdict: {_t(verdict_words(b))}**"]
+    return "\n".join(parts) + "\n"

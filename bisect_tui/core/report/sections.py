@@ -1,0 +1,228 @@
+"""The check's sections as data, computed once from report.json: what each
+says (verdict words, rows of numbers, notes), not how it is laid out. The
+terminal text and the Markdown report render the same sections, and the app's
+step views show the same lines.
+
+Model- and user-supplied names in `lines` and `notes` are already made safe
+for a terminal (term()); cells of a `Table` are raw, each renderer escapes them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+from bisect_tui.core.escape import term
+from bisect_tui.core.report.words import cos_text, fmt, mb, passes_of
+
+
+@dataclass(frozen=True)
+class Table:
+    headers: tuple[str, ...]
+    rows: tuple[tuple[Any, ...], ...]
+
+
+@dataclass(frozen=True)
+class Section:
+    """One part of a report: a title, prose lines, an optional table and notes."""
+
+    title: str
+    lines: tuple[str, ...] = ()
+    table: Optional[Table] = None
+    notes: tuple[str, ...] = ()
+    data: dict = field(default_factory=dict)  # the values the renderers word differently
+
+
+# --- baseline checks --------------------------------------------------------------------
+
+
+def determinism_line(det: dict | None) -> str:
+    if not det or det.get("skipped"):
+        return "determinism: skipped (--no-determinism)"
+    if det["deterministic"]:
+        return f"determinism: OK, {det['tensors_compared']} tensors bit-identical over two fresh runs"
+    f = det["first"]
+    return (f"determinism: FAILED, {len(det['differing'])} tensor(s) differ; first: {term(f['tensor'])} "
+            f"(node {term(f['node'])}, {term(f['op_type'])})")
+
+
+def range_lines(rc: dict | None) -> list[str]:
+    if not rc:
+        return []
+    out = []
+    if rc["nan_inf"]:
+        o = rc.get("nan_inf_origin")
+        where = (f"; starts at {term(o['tensor'])} ({term(o['op_type'])} node {term(o['node'])}) whose inputs "
+                 "are finite" if o else "")
+        out.append(f"range: NaN/Inf in {len(rc['nan_inf'])} tensor(s){where}")
+    else:
+        out.append("range: no NaN/Inf in the baseline")
+    f16 = rc["fp16"]
+    if f16["overflow"]:
+        worst = max(f16["overflow"], key=lambda r: r["abs_max"])
+        out.append(f"fp16 headroom: {len(f16['overflow'])} tensor(s) exceed 65504 "
+                   f"(worst {term(worst['tensor'])}, |x| up to {fmt(worst['abs_max'])}): an FP16 engine will overflow there")
+    elif f16["near_overflow"]:
+        t = f16["tightest"]
+        out.append(f"fp16 headroom: tightest {term(t['tensor'])} at {fmt(t['headroom'])}x below 65504")
+    else:
+        out.append("fp16 headroom: every tensor fits FP16's range with >4x to spare")
+    if f16["underflow"]:
+        out.append(f"fp16 underflow: {len(f16['underflow'])} tensor(s) have >1% of values that round to zero in FP16")
+    if rc["bf16"]["overflow"]:
+        out.append(f"bf16: {len(rc['bf16']['overflow'])} tensor(s) overflow BF16")
+    for v in rc.get("user_ranges", []):
+        out.append(f"range: {term(v['tensor'])} spans [{fmt(v['min'])}, {fmt(v['max'])}] outside {v['range']}")
+    return out
+
+
+def baseline_how(manifest_options: Optional[dict]) -> str:
+    """How the baseline ran, in the reference's own words as its manifest keeps
+    them (its optimization level, precision, CPU)."""
+    o = manifest_options or {}
+    return ", ".join(str(x) for x in (o.get("optimization"), str(o.get("precision", "fp32")).upper(), "CPU") if x)
+
+
+def manifest_options(s: dict) -> Optional[dict]:
+    """The baseline manifest's options (how the reference ran), read from the
+    session's baseline folder; None when the folder is not on this machine."""
+    import json
+
+    folder = (s.get("baseline") or {}).get("dir")
+    if not folder:
+        return None
+    try:
+        return json.loads((Path(folder) / "manifest.json").read_text(encoding="utf-8")).get("options")
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def baseline_section(s: dict) -> Section:
+    b = s["baseline"]
+    return Section("Baseline checks", data={
+        "tensors": b["tensors"], "size": mb(b["bytes"]), "reused": b["reused"], "groups": b.get("groups"),
+        "recomputed": len(b.get("recomputed") or []), "memory_warning": b.get("memory_warning"),
+        "how": baseline_how(manifest_options(s)),
+    }, lines=(determinism_line(s["determinism"]), *range_lines(s["range_check"])))
+
+
+# --- the fused engine against the baseline ----------------------------------------------
+
+
+def engine_section(s: dict) -> Section:
+    """The engine and its settings as the comparison ran them; `lines` are the
+    engine's own describe() rows, kept in report.json."""
+    c = s["config"]
+    return Section("Fused engine vs baseline", data={
+        "engine": s["engine"], "level": c["level"], "precision": c["precision"],
+        "entries": list((c.get("config_entries") or {}).items()), "disabled": passes_of(c),
+        "fused_nodes": len(s["fused_nodes"]),
+    }, table=Table(("label", "value"), tuple(tuple(row) for row in s.get("engine_settings") or [])))
+
+
+def outputs_section(s: dict) -> Section:
+    rows = []
+    for name, o in s["outputs"].items():
+        m = o["metrics"]
+        decided = [note for note in (o.get("verdict") or {}).get("skipped", [])
+                   if "essentially zero" in note]  # which criterion decided when cosine was set aside
+        rows.append((name, o["passed"], m["max_abs"], m["mean_abs"], m["max_rel"], m["cosine"], m["snr_db"],
+                     "" if o["passed"] else o["summary"], tuple(decided)))
+    return Section("Outputs", table=Table(
+        ("output", "verdict", "max abs", "mean abs", "max rel", "cosine", "SNR dB", "failed criterion",
+         "decided by"), tuple(rows)))
+
+
+def output_line(row: tuple) -> str:
+    name, passed, max_abs, mean_abs, max_rel, cosine, snr, summary, decided = row
+    line = (f"  [{'PASS' if passed else 'FAIL'}] {term(name)}: max_abs {fmt(max_abs)}, mean_abs {fmt(mean_abs)}, "
+            f"max_rel {fmt(max_rel)}, cosine {cos_text(cosine)}, snr {fmt(snr)} dB")
+    if not passed:
+        line += f"\n         {term(summary)}"
+    for note in decided:
+        line += f"\n         decided by atol/rtol: {term(note)}"
+    return line
+
+
+def shared_section(s: dict) -> Optional[Section]:
+    """The tensors the fused graph still has, compared with the baseline's."""
+    sh = s.get("shared_tensors")
+    if not sh:
+        return None
+    first = sh.get("first_failing_tensor")
+    maker = next((n for n in s["fused_nodes"] if first in n["outputs"]), None) if first else None
+    return Section("Tensors inside the fused graph", data={
+        "first": first, "failing": sh.get("failing", 0), "compared": sh.get("tensors_compared", 0),
+        "maker": (maker["op_type"], maker["name"]) if maker else None})
+
+
+def precision_used_line(s: dict) -> str:
+    """The precision the compiled engine really ran (an engine may choose its own
+    by default, e.g. bf16 on a CPU with AVX-512 BF16); empty when it is what was
+    asked and the engine's default agrees."""
+    pu = s.get("precision_used") or {}
+    if not pu or (pu.get("used") == pu.get("asked") and pu.get("engine_default") in (None, pu.get("asked"))):
+        return ""
+    line = f"precision: asked {pu.get('asked')}, the compiled engine runs {pu.get('used')}"
+    if pu.get("used") != pu.get("asked"):
+        line += " (NOT what was asked: the comparison is of another precision)"
+    if pu.get("engine_default") and pu["engine_default"] != pu.get("asked"):
+        line += (f"; without an explicit precision this engine would run {pu['engine_default']} here, "
+                 "so a plain run of it is not the precision you may think")
+    return line
+
+
+# --- the float64 arbiter ----------------------------------------------------------------
+
+
+def arbiter_section(arb: dict | None) -> Optional[Section]:
+    """Each output against the float64 truth; `notes` per row say what a WORSE
+    or a too-tight verdict means for this precision."""
+    if not arb:
+        return None
+    if not arb.get("available"):
+        return Section("Float64 arbiter", data={"available": False, "reason": arb.get("reason")})
+    rows, notes = [], []
+    for name, o in arb["outputs"].items():
+        rows.append((name, o["not_worse"], o["baseline"]["rmse"], o["fused"]["rmse"], o["ratio"],
+                     o["framework"]["rmse"] if o.get("framework") else None,
+                     o["too_tight"], o["tolerance_passed"], o["baseline"]["max_abs"], o["fused"]["max_abs"]))
+        row_notes = []
+        if not o["not_worse"] and o["tolerance_passed"] and arb.get("precision") not in ("fp16", "bf16"):
+            row_notes.append("more error than FP32 itself, yet within the tolerance: it matters only if "
+                             "your tolerance should be as tight as FP32's own error")
+        if not o["not_worse"] and arb.get("precision") in ("fp16", "bf16"):
+            row_notes.append(f"expected for a {arb['precision']} engine: its own rounding is far above FP32's; "
+                             "the tolerance, not this ratio, says whether it is good enough")
+        if o["too_tight"]:
+            row_notes.append("the tolerance fails this output, yet the fused engine is as close to the truth as "
+                             "FP32 itself: the tolerance is tighter than FP32's own error; loosen it")
+        notes.append(tuple(row_notes))
+    return Section("Float64 arbiter", table=Table(
+        ("output", "arbiter", "baseline RMSE vs float64", "fused RMSE vs float64", "ratio",
+         "PyTorch FP32 RMSE", "tolerance"), tuple(rows)), notes=tuple(notes),
+        data={"available": True, "truth_source": arb["truth_source"], "factor": arb["factor"],
+              "note": arb.get("note"), "has_framework": [bool(o.get("framework")) for o in arb["outputs"].values()]})
+
+
+def arbiter_lines(arb: dict | None) -> list[str]:
+    sec = arbiter_section(arb)
+    if sec is None:
+        return []
+    d = sec.data
+    if not d["available"]:
+        return [f"float64 arbiter: not run ({term(d['reason'])})"]
+    out = [f"float64 arbiter ({d['truth_source']}): fused is 'not worse than FP32' when its RMSE vs float64 "
+           f"is within {d['factor']:g}x the FP32 baseline's"]
+    if d["note"]:
+        out.append(f"  ({term(d['note'])})")
+    for row, notes, has_fw in zip(sec.table.rows, sec.notes, d["has_framework"]):
+        name, not_worse, base_rmse, fused_rmse, ratio, fw_rmse, _, _, base_abs, fused_abs = row
+        line = (f"  [{'not worse' if not_worse else 'WORSE'}] {term(name)}: vs float64 RMSE baseline "
+                f"{fmt(base_rmse)}, fused {fmt(fused_rmse)} ({fmt(ratio)}x); max_abs baseline {fmt(base_abs)}, "
+                f"fused {fmt(fused_abs)}")
+        if has_fw:
+            line += f"; PyTorch FP32 RMSE {fmt(fw_rmse)}"
+        out.append(line)
+        out += [f"         {n}" for n in notes]
+    return out

@@ -1,0 +1,116 @@
+"""The sections rendered for a terminal: one line per finding, model names
+through term() so they never reach the terminal raw."""
+
+from __future__ import annotations
+
+from bisect_tui.core.escape import term
+from bisect_tui.core.report.advice import next_step
+from bisect_tui.core.report.framework import framework_lines
+from bisect_tui.core.report.search import (
+    culprit_lines, evidence_lines, local_rows, precision_lines, region_lines, workaround_line, workaround_section
+)
+from bisect_tui.core.report.sections import (
+    arbiter_lines, baseline_section, engine_section, output_line, outputs_section, precision_used_line,
+    shared_section,
+)
+from bisect_tui.core.report.words import BISECT_VERDICT, VERDICT_TEXT, fmt, sensitivity_text, tolerance_text
+
+
+def _baseline_lines(s: dict) -> list[str]:
+    sec = baseline_section(s)
+    d = sec.data
+    return [
+        f"baseline: {d['tensors']} tensors, {d['size']}"
+        + (" (reused)" if d["reused"] else f" in {d['groups']} group(s)")
+        + (f"; {d['recomputed']} saved tensor file(s) failed their digest check and were "
+           "recomputed" if d["recomputed"] else ""),
+        *([f"warning: {d['memory_warning']}"] if d["memory_warning"] else []),
+        *sec.lines,
+    ]
+
+
+def _engine_lines(s: dict) -> list[str]:
+    d = engine_section(s).data
+    extra = term(", ".join(f"{k}={v}" for k, v in d["entries"]))
+    dis = term(", ".join(d["disabled"]))
+    lines = [f"fused engine: {d['engine']} level={d['level']} precision={d['precision']}"
+             + (f" config: {extra}" if extra else "") + (f" disabled: {dis}" if dis else "")
+             + f"; {d['fused_nodes']} fused node(s)",
+             f"tolerance: {term(tolerance_text(s['tolerance']))}"]
+    if precision_used_line(s):
+        lines.append(precision_used_line(s))
+    err = s.get("engine_error")
+    if err:
+        what = "failed to build" if err["kind"] == "build_error" else "failed while running"
+        lines.append(f"fused engine {what} (the baseline runs): {term(err['message'])}")
+    lines += [output_line(row) for row in outputs_section(s).table.rows]
+    sens_line = sensitivity_text(s.get("sensitivity"))
+    if sens_line:
+        lines.append(sens_line)
+    sh = shared_section(s)
+    if sh:
+        d = sh.data
+        if d["first"]:
+            maker = f"{term(d['maker'][0])} '{term(d['maker'][1])}'" if d["maker"] else None
+            lines.append(f"tensors inside the fused graph: {d['failing']} of {d['compared']} "
+                         f"out of tolerance, first: {term(d['first'])}" + (f" (made by fused {maker})" if maker else ""))
+        else:
+            lines.append(f"tensors inside the fused graph: all {d['compared']} within tolerance")
+    return lines + arbiter_lines(s.get("arbiter"))
+
+
+def check_text(s: dict) -> str:
+    lines = [
+        f"model: {term(s['model']['path'])} ({s['model']['nodes']} nodes, sha256 {s['model']['sha256'][:12]})",
+        f"session: {term(s['session'])}",
+        *_baseline_lines(s),
+        *framework_lines(s.get("framework")),
+    ]
+    if s.get("config"):
+        lines += _engine_lines(s)
+    lines.append(VERDICT_TEXT[s["verdict"]] + f" (exit {s['exit_code']})")
+    advice = next_step(s)
+    if advice:
+        lines.append("next: " + advice)
+    return "\n".join(lines)
+
+
+def bisect_text(s: dict) -> str:
+    b = s["bisect"]
+    lines = [f"bisection: {BISECT_VERDICT[b['verdict']]} ({b['engine_builds']} engine builds"
+             + (f" this run, {b['reused_steps']} steps reused from the session" if b.get("reused_steps") else "")
+             + f", searched at level {b.get('level')}, {len(b.get('units', []))} fused nodes)"]
+    if b.get("untrusted_steps"):
+        lines.append(f"  {b['untrusted_steps']} saved step(s) failed their digest check and were recomputed")
+    for st in b["steps"]:
+        lines.append(f"  {st['n']:>3} {term(st['kind'])[:30]:<30} {term(st['region'])[:32]:<32} "
+                     f"{'pass' if st['passed'] else 'FAIL'} x{fmt(st['ratio'])}")
+    rp = b.get("rest_proven_by")
+    if rp:
+        lines.append(f"  the other fusions pass together: shown by step {rp['step']} ({term(rp['kind'])}, "
+                     f"x{fmt(rp['ratio'])}), which holds every other fused node unchanged; no build of their own")
+    for i, c in enumerate(b["culprits"], 1):
+        lines += culprit_lines(c, i, s.get("engine") or "")
+    if b.get("probe_agrees") is not None:
+        lines.append("fused-graph probe: " + ("its own-error suspects match the culprits found by the search"
+                     if b["probe_agrees"] else "its suspects differ from the search's culprits "
+                     "(error amplified downstream or interactions); the search's builds decide"))
+    w = workaround_line(workaround_section(b))
+    if w:
+        lines.append(w)
+    if b.get("explanation"):
+        lines.append(term(b["explanation"]))
+    lines += region_lines(b.get("region_isolation"))
+    lj = b.get("local_judgement")
+    if lj:
+        from bisect_tui.core.bisect.local_judgement import summary_line
+
+        lines.append(summary_line(lj))
+        for r in local_rows(lj)[:5]:
+            lines.append(f"  {term(r['op_type'])} '{term(r['fused_node'])}': fused error {fmt(r['ratio'])}x the "
+                         f"FP32 error -> {r['verdict']}")
+    lines += evidence_lines(b.get("evidence"))
+    lines += precision_lines(b.get("precision"))
+    if b.get("stopped_reason"):
+        lines.append(term(b["stopped_reason"]))
+    return "\n".join(lines)
