@@ -40,7 +40,7 @@ def export_session(triage, summary: dict, result, with_plots: bool = True) -> tu
         paths["bundle.zip"] = str(write_bundle(session.path("bundle.zip"), isolated, summary["config"],
                                                triage.opts.tolerance.default.to_dict(), md, __version__,
                                                triage.engine, result.get("workaround")))
-        # the keep-set repro is the engine's (ORT: its FP16 converter's node_block_list)
+        # the keep-set repro is the engine's own (it knows its precision pin)
         writer = getattr(triage.engine, "add_keepset_repro", None)
         keepset = (result.get("precision") or {}).get("kind") != "precision_setting"
         if writer and keepset and ((result.get("precision") or {}).get("passed") or result.get("engine_error")):
