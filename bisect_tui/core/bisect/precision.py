@@ -94,10 +94,11 @@ def rank_candidates(triage, search: dict) -> tuple[list[str], list[dict]]:
     return ranked, [{"node": s, "why": why} for s, why in seeds]
 
 
-def precision_search(bisector, triage, search: dict, max_builds: Optional[int] = None) -> KeepSet:
-    """Smallest proven keep-set for the engine config of `bisector`."""
+def precision_search(bisector, candidates: tuple[list[str], list[dict]]) -> KeepSet:
+    """Smallest proven keep-set for the engine config of `bisector`, over
+    `candidates` (rank_candidates: node names most suspect first, the seeds)."""
     cfg = bisector.config
-    ranked, seeds = rank_candidates(triage, search)
+    ranked, seeds = candidates
     start = bisector.builds
     tests: list[dict] = []
 

@@ -9,7 +9,7 @@ from typing import Optional
 from bisect_tui.core.bisect import verdicts
 from bisect_tui.core.bisect.attribution import find_workaround
 from bisect_tui.core.bisect.findings import Findings, amplified
-from bisect_tui.core.bisect.precision import precision_search
+from bisect_tui.core.bisect.precision import precision_search, rank_candidates
 from bisect_tui.core.bisect.probe import run_probe
 from bisect_tui.core.bisect.records import BisectResult, Culprit, KeepSet, PrecisionSetting, Workaround
 from bisect_tui.core.bisect.search import Bisector, BuildBudgetExceeded
@@ -189,7 +189,7 @@ def _run(triage, bis, probe, max_builds: int, max_culprits: int) -> dict:
             precision = PrecisionSetting(passed=False, summary=str(exc))
     elif want_precision:
         triage.progress(Progress("precision", "searching the smallest set of nodes to keep in FP32"))
-        precision = precision_search(bis, triage, search)
+        precision = precision_search(bis, rank_candidates(triage, search))
         if precision.passed and search.get("engine_error"):
             culprits.append(_precision_culprit(triage, precision, search["engine_error"]))
     if search["verdict"] == "not_fusion":
