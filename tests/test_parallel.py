@@ -6,6 +6,8 @@ steps and the build count must be identical, on samples with known answers."""
 
 from __future__ import annotations
 
+import functools
+
 import json
 
 import pytest
@@ -14,8 +16,11 @@ from bisect_tui.cli import main
 from bisect_tui.core.bisect.run import run_bisection
 from bisect_tui.core.bisect.search import split_points
 from bisect_tui.engines.base import EngineConfig
+from bisect_tui.engines.registry import get_engine as _registry_engine
 
 from testlib import culprit_matches, gelu_triage, search_shape
+
+ORT = functools.partial(_registry_engine, "ort")  # how a worker process loads the engine
 
 GELU = (("optimization.enable_gelu_approximation", "1"),)
 
@@ -104,10 +109,10 @@ def test_pool_starts_lazily_only_for_slow_builds(samples, monkeypatch):
 
     model = samples / "deep_stack.onnx"
     feeds = [{"x": np.random.default_rng(0).standard_normal((1, 8, 32)).astype(np.float32)}]
-    cfg = EngineConfig(config_entries=GELU).to_dict()
+    cfg = EngineConfig(config_entries=GELU)
     jobs = [poolmod.BuildJob(config=cfg, marks=()), poolmod.BuildJob(config=cfg, marks=("blk0/ln/mean:0",))]
-    p = poolmod.BuildPool(2, "ort")
-    p.attach(get_engine("ort"), "ort", str(model), feeds)
+    p = poolmod.BuildPool(2, ORT)
+    p.attach(get_engine("ort"), ORT, str(model), feeds)
     try:
         fast = p.run(jobs)
         assert [r.worker for r in fast] == ["main", "main"] and not p._procs
@@ -134,9 +139,9 @@ def _started_pool(samples, workers=2):
     from bisect_tui.engines import get_engine
 
     feeds = [{"x": np.random.default_rng(0).standard_normal((1, 8, 32)).astype(np.float32)}]
-    p = poolmod.BuildPool(workers, "ort")
+    p = poolmod.BuildPool(workers, ORT)
     p.start()  # before the inputs are known, as the bisect command does
-    p.attach(get_engine("ort"), "ort", str(samples / "deep_stack.onnx"), feeds, [OUT])
+    p.attach(get_engine("ort"), ORT, str(samples / "deep_stack.onnx"), feeds, [OUT])
     assert all(w.ready.wait(60) for w in p._procs)
     return p
 
@@ -144,7 +149,7 @@ def _started_pool(samples, workers=2):
 def test_pool_round_keeps_the_jobs_order_and_only_graph_outputs(samples):
     from bisect_tui.core.bisect import pool as poolmod
 
-    cfg = EngineConfig(config_entries=GELU).to_dict()
+    cfg = EngineConfig(config_entries=GELU)
     marks = [(), ("blk0/ln/mean:0",), ("blk0/ln/mean:0", "blk1/ln/mean:0"), ("blk11/gelu/erf:0",)]
     jobs = [poolmod.BuildJob(config=cfg, marks=m) for m in marks]
     p = _started_pool(samples)
@@ -153,8 +158,8 @@ def test_pool_round_keeps_the_jobs_order_and_only_graph_outputs(samples):
         names = p.names
     finally:
         p.close()
-    serial = poolmod.BuildPool(1, "ort")
-    serial.attach(p.engine, "ort", p.model_path, p.feeds, [OUT])
+    serial = poolmod.BuildPool(1, ORT)
+    serial.attach(p.engine, ORT, p.model_path, p.feeds, [OUT])
     alone = serial.run(jobs)
     # dealt by size (marks 2, 1, 1, 0: jobs 2, 1, 3, 0) in turn to main and the worker
     assert [r.worker for r in shared] == [names[1], names[1], "main", "main"] and names[0] == "main"
@@ -172,7 +177,7 @@ def test_pool_worker_faults_come_back_as_what_they_are(samples):
     from bisect_tui.core.bisect import pool as poolmod
     from bisect_tui.core.errors import UserError
 
-    bad = EngineConfig(config_entries=GELU).to_dict() | {"level": "bogus"}
+    bad = EngineConfig(config_entries=GELU).with_level("bogus")
     p = _started_pool(samples)
     try:
         with pytest.raises(UserError, match="unknown optimization level"):
@@ -180,7 +185,7 @@ def test_pool_worker_faults_come_back_as_what_they_are(samples):
         # a worker the OS killed: the round stops with an internal error naming it, never a verdict
         os.kill(p._procs[0].proc.pid, signal.SIGKILL)
         p._procs[0].proc.join(10)
-        good = EngineConfig(config_entries=GELU).to_dict()
+        good = EngineConfig(config_entries=GELU)
         with pytest.raises(RuntimeError, match=f"build worker {p._procs[0].name} stopped"):
             p.run([poolmod.BuildJob(config=good, marks=m) for m in [("blk0/ln/mean:0",), ("blk1/ln/mean:0",)] * 3])
     finally:

@@ -6,6 +6,8 @@ happens without it (lazy import, the message) always run."""
 
 from __future__ import annotations
 
+import functools
+
 import json
 import subprocess
 import sys
@@ -15,6 +17,7 @@ import pytest
 
 from bisect_tui.cli import main
 from bisect_tui.core.bisect.run import run_bisection
+from bisect_tui.engines.registry import get_engine
 
 from testlib import culprit_matches, gelu_triage, search_shape
 
@@ -36,7 +39,7 @@ def test_ray_actors_give_the_serial_result_and_build_count(local_ray, samples, c
 
     model = samples / "two_culprits.onnx"
     serial = run_bisection(gelu_triage(model, tmp_path / "serial"), workers=1, fanout=3, use_probe=False)
-    pool = RayBuildPool("local", 2, "ort")
+    pool = RayBuildPool("local", 2, functools.partial(get_engine, "ort"))
     pool.start()  # the actors import the engine while the checklist runs
     try:
         t = gelu_triage(model, tmp_path / "ray")

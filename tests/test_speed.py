@@ -60,7 +60,7 @@ def test_marked_build_returns_only_the_judged_outputs(samples):
     marks = GraphIndex.build(model).intermediate_tensors()
     feeds = {i.name: np.random.default_rng(0).standard_normal(
         [d.dim_value or 1 for d in i.type.tensor_type.shape.dim]).astype(np.float32) for i in model.graph.input}
-    cfg = EngineConfig().to_dict()
+    cfg = EngineConfig()
     some = build_and_run(OrtEngine(), str(path), [feeds], BuildJob(cfg, tuple(marks), outputs=tuple(outputs)))
     every = build_and_run(OrtEngine(), str(path), [feeds], BuildJob(cfg, tuple(marks)))
     assert list(some.outputs[0]) == outputs

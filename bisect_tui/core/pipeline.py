@@ -195,6 +195,21 @@ class Triage:
             self._engine.progress = self._build_progress
         return self._engine
 
+    @property
+    def engine_factory(self):
+        """How another process loads this triage's engine (the build workers): a
+        picklable call into the registry, or None for an engine object given in code."""
+        from functools import partial
+
+        from bisect_tui.engines.registry import ENGINES, canonical, get_engine
+
+        name = canonical(self.opts.engine)
+        module = ENGINES.get(name)
+        made_in = type(self._engine).__module__ if self._engine is not None else module
+        if module is None or not (made_in == module or made_in.startswith(module + ".")):
+            return None
+        return partial(get_engine, name)
+
     def _build_progress(self, text: str) -> bool:
         self.progress(Progress("build", text))
         return not self.cancel.cancelled

@@ -40,7 +40,7 @@ def export_session(triage, summary: dict, result, with_plots: bool = True) -> tu
         paths["bundle.zip"] = str(write_bundle(session.path("bundle.zip"), isolated, summary["config"],
                                                triage.opts.tolerance.default.to_dict(), md, __version__,
                                                triage.engine, result.get("workaround")))
-        # the keep-set repro is the engine's (ORT: its FP16 converter's node_block_list)
+        # the keep-set repro is the engine's own (it knows its precision pin)
         writer = getattr(triage.engine, "add_keepset_repro", None)
         keepset = (result.get("precision") or {}).get("kind") != "precision_setting"
         if writer and keepset and ((result.get("precision") or {}).get("passed") or result.get("engine_error")):
@@ -91,13 +91,31 @@ def public_json(full: dict) -> dict:
     return {k: v for k, v in full.items() if k not in ("_plot_files", "plots")}
 
 
+def start_pool(engine_factory, workers: int, ray_address=None, now: bool = True, devices=None):
+    """The build pool, made before the checklist runs. Started `now`, its workers
+    load the engine (`engine_factory()`, in each) while this process makes the
+    baseline; otherwise it starts when builds prove slow
+    (pool.LAZY_START_BUILD_SECONDS)."""
+    if ray_address:
+        from bisect_tui.core.bisect.ray_pool import RayBuildPool
+
+        pool = RayBuildPool(ray_address, workers, engine_factory)
+    else:
+        from bisect_tui.core.bisect.pool import BuildPool
+
+        pool = BuildPool(workers, engine_factory, devices)
+    if now:
+        pool.start()
+    return pool
+
+
 def run_bisect_command(args, opts) -> int:
     from bisect_tui.core.bisect.run import run_bisection
     from bisect_tui.core.pipeline import Triage
     from bisect_tui.core.report import bisect_text, check_text
     from bisect_tui.progress_text import TextProgress
 
-    from bisect_tui.core.bisect.pool import default_workers, start_pool
+    from bisect_tui.core.bisect.pool import default_workers
 
     progress = TextProgress(enabled=not getattr(args, "quiet", False))
     asked = getattr(args, "workers", None)
@@ -116,9 +134,9 @@ def run_bisect_command(args, opts) -> int:
     if devices:
         # this process builds on the first device; it must see only that one before any engine loads
         os.environ["CUDA_VISIBLE_DEVICES"] = devices[0]
-    pool = start_pool(opts, workers, ray, now=bool(ray) or fanout > 1 or (asked or 1) > 1 or bool(devices),
-                      devices=devices)
-    triage = Triage(opts, progress)
+    triage = Triage(opts, progress)  # loads no engine yet: its factory is for the workers
+    pool = start_pool(triage.engine_factory, workers, ray,
+                      now=bool(ray) or fanout > 1 or (asked or 1) > 1 or bool(devices), devices=devices)
     triage.search_ahead = fanout == 1 and not ray  # the blocked build starts while the check runs
     try:
         summary = triage.run_all()

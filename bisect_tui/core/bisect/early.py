@@ -6,7 +6,7 @@ baseline or the verdict. Started in a thread when the dump is done, it is
 built while the check compares the engine and runs the probe, which are
 Python on one core, instead of at the start of the search, where it shared the
 cores with the suspect's own builds. The search takes it as it takes a
-prefetch (Bisector.prefetch): the steps, their order and the build count are
+prefetch (scheduler.BuildScheduler.prefetch): the steps, their order and the build count are
 the search's own. A build nobody asks for (the check passed, the search was
 cancelled, the step was already in the session) is left to finish and is
 neither recorded nor counted.
@@ -47,7 +47,7 @@ def _start(triage, config: EngineConfig, marks: tuple, workdir, name: str) -> No
 
     caps = getattr(triage.engine, "capabilities", None)
     info, inputs = triage.info, triage.inputs
-    job = BuildJob(config=config.to_dict(), marks=marks, workdir=str(workdir) if workdir is not None else None,
+    job = BuildJob(config=config, marks=marks, workdir=str(workdir) if workdir is not None else None,
                    want_unblocked=bool(marks) and not (caps is None or caps.marking_blocks),
                    outputs=tuple(info.outputs))
     feeds = [inputs.feeds(k) for k in range(inputs.samples)]
@@ -60,14 +60,14 @@ def _start(triage, config: EngineConfig, marks: tuple, workdir, name: str) -> No
 
 
 def start_blocked_build(triage) -> None:
-    """"All fusions blocked" of the user's config (Bisector.run's first build)."""
+    """"All fusions blocked" of the user's config (the search's first build)."""
     if _may_start(triage):
         _start(triage, triage.opts.config, tuple(triage.info.index.intermediate_tensors()), None, "blocked-build")
 
 
 def start_attribution_build(triage) -> None:
     """The full engine without the pass that made the probe's first suspect,
-    chosen as Bisector._suspect_at_user_level chooses it: only after a failing
+    chosen as strategy.Search._suspect_at_user_level chooses it: only after a failing
     check that mapped its engine, and where the search takes that path."""
     made = triage.fused_map_objs
     fused = triage.fused
@@ -78,15 +78,16 @@ def start_attribution_build(triage) -> None:
         return
     from bisect_tui.core.bisect.findings import pass_guesses
     from bisect_tui.core.bisect.probe import run_probe
-    from bisect_tui.core.bisect.search import suspects_to_try, tries_suspect_first
+    from bisect_tui.core.bisect.suspects import suspects_to_try, tries_suspect_first
     from bisect_tui.core.bisect.subgraph_check import subgraph_file
     from bisect_tui.core.bisect.units import build_units
 
-    if not tries_suspect_first(triage.engine, config, fused):
+    caps = getattr(triage.engine, "capabilities", None)
+    if not tries_suspect_first(caps, config, fused):
         return  # the search does not start from the suspect: its builds decide
     units = build_units(objs, triage.info.index)
     # the check's per-tensor errors, kept in this process: the same suspects the search reads
-    batch = suspects_to_try(triage.engine, units, run_probe(triage, optimized, units))
+    batch = suspects_to_try(caps, units, run_probe(triage, optimized, units))
     if not batch:
         return
     u = batch[0]

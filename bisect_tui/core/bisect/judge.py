@@ -3,8 +3,9 @@ every build the search makes (and for the check command)."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
-from typing import Optional
+from typing import Optional, Protocol
 
 import numpy as np
 
@@ -66,6 +67,33 @@ class OutputJudge:
         if passed:
             summary = "PASS"
         return Judgement(passed, worst_ratio, worst_name, worst_abs, summary, outs)
+
+
+class TrialJudge(Protocol):
+    """What the search asks of a judge: pass or fail for one built trial.
+
+    `plan` is the trial as proposed (scheduler.Plan), `result` what its build
+    produced (pool.BuildResult). The search learns only the verdict, so a
+    scripted judge can drive it without any engine (tests/test_strategy.py)."""
+
+    def judge_trial(self, plan, result) -> Judgement: ...
+
+
+class BuildJudge:
+    """The real judge: a build or run the engine refused fails the trial (with
+    the engine's message); otherwise its outputs are judged against the baseline."""
+
+    def __init__(self, outputs: OutputJudge):
+        self.outputs = outputs
+
+    def judge_trial(self, plan, result) -> Judgement:
+        if result.failed_at == "build":
+            # An engine that cannot even be built with this region enabled is
+            # broken by it: the step fails, and the message says why.
+            return Judgement(False, math.inf, None, math.nan, f"engine build failed: {result.build_message}", {})
+        if result.outputs is None:
+            return Judgement(False, math.inf, None, math.nan, f"engine run failed: {result.error}", {})
+        return self.outputs.judge(result.outputs)
 
 
 # criteria that compare directions/energies: meaningless on a reference that is essentially zero

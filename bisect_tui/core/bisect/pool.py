@@ -21,9 +21,11 @@ to the same owners (a job taken by whoever is free first would make the step
 log's worker column depend on timing).
 
 What crosses the process boundary is our own plain records only (a build
-job: config dict, tensor names, folder; a result: output arrays, the
-fused-node map as dicts, the engine's error text). Workers load the engine
-through the registry by name and read the model from the session's copy; no
+job: engine config, tensor names, folder; a result: output arrays, the
+fused-node map as dicts, the engine's error text) and the engine factory the
+caller hands the pool (a picklable callable such as
+`functools.partial(registry.get_engine, "ort")`), which each worker calls to
+load its own engine; workers read the model from the session's copy; no
 file's content is ever unpickled.
 
 Worker processes start with `spawn`: never `fork`, which would copy the app's
@@ -40,7 +42,7 @@ import queue
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Optional, Sequence
+from typing import Callable, Optional, Sequence
 
 import numpy as np
 
@@ -56,17 +58,25 @@ def default_workers() -> int:
     return max(1, min(cores(), 8))
 
 
+EngineFactory = Callable[[], object]  # loads an engine in the process that calls it; picklable
+
+
 @dataclass(frozen=True)
 class BuildJob:
     """One candidate build: the engine config, the tensors to mark (each one
     blocks the fusions across it), where an unmarked build keeps its optimized
     graph, and whether to ask which fusions survived the marking."""
 
-    config: dict
+    config: EngineConfig
     marks: tuple[str, ...]
     workdir: Optional[str] = None
     want_unblocked: bool = False
     outputs: tuple[str, ...] = ()  # the outputs to fetch and return (judged); () = all
+
+    def __post_init__(self):
+        # the config as the session records it (entries sorted): every builder,
+        # here or in a worker, builds exactly that
+        object.__setattr__(self, "config", EngineConfig.from_dict(self.config.to_dict()))
 
 
 @dataclass
@@ -101,7 +111,7 @@ def build_and_run(engine, model_path: str, feeds: Sequence[dict], job: BuildJob,
 
     t0 = time.perf_counter()
     res = BuildResult(worker=worker)
-    config = EngineConfig.from_dict(job.config)
+    config = job.config
     workdir = Path(job.workdir) if job.workdir else None
     try:
         built = engine.build(Path(model_path), config, list(job.marks), workdir)
@@ -159,20 +169,16 @@ def raise_fault(res: BuildResult) -> None:
 def warm_up(engine, model_path: Optional[str] = None) -> None:
     """What an engine does once per process before its first build: imports,
     then (given the model) reading it once for all the builds to come."""
-    hook = getattr(engine, "warm_up", None)
-    if hook is None:
-        return
-    if model_path is None:
-        hook()
-    else:
-        from pathlib import Path
+    from pathlib import Path
 
-        hook(Path(model_path))
+    hook = getattr(engine, "warm_up", None)
+    if hook is not None:
+        hook() if model_path is None else hook(Path(model_path))
 
 
 # --- worker process ---------------------------------------------------------------
-def _worker_main(conn, engine_name: str, device: Optional[str] = None) -> None:
-    """A worker process: import the engine, then build jobs until told to stop.
+def _worker_main(conn, engine_factory: EngineFactory, device: Optional[str] = None) -> None:
+    """A worker process: load the engine (`engine_factory()`), then build jobs until told to stop.
 
     `device`: the one accelerator this worker may see (CUDA_VISIBLE_DEVICES,
     set before the engine is imported, so its builds and runs go there).
@@ -187,9 +193,7 @@ def _worker_main(conn, engine_name: str, device: Optional[str] = None) -> None:
         os.environ["CUDA_VISIBLE_DEVICES"] = device
         name += "@" + os.environ["CUDA_VISIBLE_DEVICES"]  # as this process sees it
     try:
-        from bisect_tui.engines import get_engine
-
-        engine = get_engine(engine_name)
+        engine = engine_factory()
         warm_up(engine)
     except BaseException as exc:  # noqa: BLE001
         conn.send(("error", f"{type(exc).__name__}: {exc}"))
@@ -258,9 +262,9 @@ class _ProcessWorker:
     The thread waits for the worker's imports, sends it the inputs once, then
     builds, through the worker, its share of each round it is handed."""
 
-    def __init__(self, ctx, engine_name: str, device: Optional[str] = None):
+    def __init__(self, ctx, engine_factory: EngineFactory, device: Optional[str] = None):
         self.conn, child = ctx.Pipe()
-        self.proc = ctx.Process(target=_worker_main, args=(child, engine_name, device), daemon=True,
+        self.proc = ctx.Process(target=_worker_main, args=(child, engine_factory, device), daemon=True,
                                 name="bisect-tui build worker")
         self.proc.start()
         child.close()
@@ -355,23 +359,25 @@ class BuildPool:
     def kind(self) -> str:
         return "processes" if self.workers > 1 else "serial"
 
-    def __init__(self, workers: int, engine_name: Optional[str] = None,
+    def __init__(self, workers: int, engine_factory: Optional[EngineFactory] = None,
                  devices: Optional[Sequence[str]] = None):
-        """`devices`: one accelerator per builder (this process takes the first,
-        worker k the k+1-th); as many workers as devices when given."""
+        """`engine_factory`: how a worker process loads the engine (None: builds
+        stay in this process). `devices`: one accelerator per builder (this
+        process takes the first, worker k the k+1-th); as many workers as
+        devices when given."""
         self.devices = [str(d) for d in devices] if devices else None
         if self.devices:
             workers = len(self.devices)
         self.workers = max(1, int(workers))
-        self.engine_name = engine_name
+        self.engine_factory = engine_factory
         self.engine = None
         self.model_path: Optional[str] = None
         self.feeds: list[dict] = []
         self.keep: Optional[list[str]] = None
         self._procs: list[_ProcessWorker] = []
         self._local_seconds: list[float] = []
-        if engine_name is None:
-            self.workers = 1  # an engine object given in code (tests' programmed engine): no registry name
+        if engine_factory is None:
+            self.workers = 1  # an engine object given in code (tests' programmed engine): no other process loads it
 
     @property
     def names(self) -> list[str]:
@@ -383,21 +389,21 @@ class BuildPool:
             return
         ctx = multiprocessing.get_context("spawn")
         devs = self.devices[1:] if self.devices else [None] * (self.workers - 1)
-        self._procs = [_ProcessWorker(ctx, self.engine_name, d) for d in devs]
+        self._procs = [_ProcessWorker(ctx, self.engine_factory, d) for d in devs]
         if self.model_path is not None:
             self._send_setup()
 
-    def attach(self, engine, engine_name: Optional[str], model_path: str, feeds: list[dict],
+    def attach(self, engine, engine_factory: Optional[EngineFactory], model_path: str, feeds: list[dict],
                keep: Optional[Sequence[str]] = None) -> None:
         """The engine, model and inputs the builds use; sent to each worker once.
 
-        An engine this pool's workers cannot load by the same registry name
-        (an object given in code) makes the pool serial."""
+        An engine this pool's workers cannot load the same way (an object given
+        in code: no factory) makes the pool serial."""
         self.engine = engine
         self.model_path = str(model_path)
         self.feeds = feeds
         self.keep = list(keep) if keep is not None else None
-        if engine_name is None or engine_name != self.engine_name:
+        if not same_factory(engine_factory, self.engine_factory):
             self.close()
             self.workers = 1
             return
@@ -465,42 +471,23 @@ class BuildPool:
             p.join()
 
 
-def registry_name(triage) -> Optional[str]:
-    """The registry name a worker can load this triage's engine by, or None
-    when the engine is an object given in code (it cannot be rebuilt elsewhere)."""
-    from bisect_tui.engines.registry import ENGINES, canonical
-
-    module = ENGINES.get(canonical(triage.opts.engine))
-    engine_module = type(triage.engine).__module__
-    if module and (engine_module == module or engine_module.startswith(module + ".")):
-        return canonical(triage.opts.engine)
-    return None
+def same_factory(a: Optional[EngineFactory], b: Optional[EngineFactory]) -> bool:
+    """Whether two factories load the same engine (two `partial`s of the same
+    call are equal here, though not to Python)."""
+    if a is None or b is None:
+        return False
+    return a is b or a == b or all(getattr(a, k, a) == getattr(b, k, b) for k in ("func", "args", "keywords"))
 
 
-def start_pool(opts, workers: int, ray_address: Optional[str] = None, now: bool = True,
-               devices: Optional[Sequence[str]] = None):
-    """A pool made before the checklist runs (the `bisect` command). Started
-    `now`, its workers import the engine while this process makes the baseline;
-    otherwise it starts when builds prove slow (`LAZY_START_BUILD_SECONDS`)."""
-    from bisect_tui.engines.registry import ENGINES, canonical
+def pool_for(triage, workers: int = 1, pool=None, engine_factory: Optional[EngineFactory] = None):
+    """`pool` (or a new one of `workers`) attached to this triage's engine, model and inputs.
 
-    name = canonical(opts.engine) if canonical(opts.engine) in ENGINES else None
-    if ray_address:
-        from bisect_tui.core.bisect.ray_pool import RayBuildPool
-
-        pool = RayBuildPool(ray_address, workers, name)
-    else:
-        pool = BuildPool(workers, name, devices)
-    if now:
-        pool.start()
-    return pool
-
-
-def pool_for(triage, workers: int = 1, pool=None):
-    """`pool` (or a new one of `workers`) attached to this triage's engine, model and inputs."""
+    `engine_factory`: how worker processes load the engine; by default the
+    triage's own (None for an engine object given in code: builds stay here)."""
+    if engine_factory is None:
+        engine_factory = getattr(triage, "engine_factory", None)
     if pool is None:
-        pool = BuildPool(workers, registry_name(triage) if workers > 1 else None)
+        pool = BuildPool(workers, engine_factory if workers > 1 else None)
     feeds = [triage.inputs.feeds(k) for k in range(triage.inputs.samples)]
-    pool.attach(triage.engine, registry_name(triage), str(triage.session.model_path), feeds,
-                list(triage.info.outputs))
+    pool.attach(triage.engine, engine_factory, str(triage.session.model_path), feeds, list(triage.info.outputs))
     return pool

@@ -2,8 +2,8 @@
 
 When a reduced-precision engine fails and fusion is not the cause, the user's
 next question is "what do I keep in FP32?". Peers answer with a count of
-layers; this answers with names, as a setting to paste (for ORT: the FP16
-converter's `node_block_list`), proven by building the full engine with it.
+layers; this answers with names, as a setting to paste (in the engine's own
+words: its `workaround_text`), proven by building the full engine with it.
 
 Every test is one full engine build with a keep-set, judged like any other
 step of the search (so it is cached and resumable). Keeping more nodes in FP32
@@ -28,7 +28,8 @@ from typing import Optional
 import numpy as np
 from onnx import numpy_helper
 
-from bisect_tui.core.bisect.search import BuildBudgetExceeded
+from bisect_tui.core.bisect.records import KeepSet
+from bisect_tui.core.bisect.trials import BuildBudgetExceeded
 
 FP16_MAX = 65504.0
 FP16_MIN_NORMAL = 6.103515625e-05
@@ -93,10 +94,11 @@ def rank_candidates(triage, search: dict) -> tuple[list[str], list[dict]]:
     return ranked, [{"node": s, "why": why} for s, why in seeds]
 
 
-def precision_search(bisector, triage, search: dict, max_builds: Optional[int] = None) -> dict:
-    """Smallest proven keep-set for the engine config of `bisector`."""
+def precision_search(bisector, candidates: tuple[list[str], list[dict]]) -> KeepSet:
+    """Smallest proven keep-set for the engine config of `bisector`, over
+    `candidates` (rank_candidates: node names most suspect first, the seeds)."""
     cfg = bisector.config
-    ranked, seeds = rank_candidates(triage, search)
+    ranked, seeds = candidates
     start = bisector.builds
     tests: list[dict] = []
 
@@ -107,8 +109,12 @@ def precision_search(bisector, triage, search: dict, max_builds: Optional[int] =
         return step.passed
 
     engine = bisector.engine
-    out = {"engine_pin": engine.workaround_text({"kind": "keep_fp32"}),
-           "candidates": len(ranked), "seeds": seeds, "keep_fp32": [], "passed": False, "tests": tests}
+
+    def result(**found) -> KeepSet:
+        return KeepSet(engine_pin=engine.workaround_text({"kind": "keep_fp32"}), candidates=len(ranked),
+                       seeds=seeds, tests=tests, builds=bisector.builds - start,
+                       **{"keep_fp32": [], "passed": False, **found})
+
     try:
         # the evidence first: when the seeds alone pass, "keep everything" needs no build
         seed_names = [s["node"] for s in seeds]
@@ -117,9 +123,8 @@ def precision_search(bisector, triage, search: dict, max_builds: Optional[int] =
         elif len(seed_names) < len(ranked) and passes(ranked):
             pool = ranked
         else:
-            out["explanation"] = ("even with every node kept in FP32 the engine fails: the precision of "
-                                  "single nodes is not the cause (inputs/outputs, a kernel, or the engine)")
-            return _finish(out, bisector, start)
+            return result(explanation="even with every node kept in FP32 the engine fails: the precision of "
+                                      "single nodes is not the cause (inputs/outputs, a kernel, or the engine)")
         needed: list[str] = []
         while pool:
             if needed and passes(needed):
@@ -135,20 +140,13 @@ def precision_search(bisector, triage, search: dict, max_builds: Optional[int] =
             pool = pool[: lo - 1]
         keep = sorted(needed, key=ranked.index)
         proof = bisector.evaluate(f"keep {len(keep)} in FP32", None, cfg.with_keep_fp32(keep))  # cached
-        out.update(keep_fp32=keep, passed=proof.passed,
-                   metrics={"ratio": proof.ratio, "max_abs": proof.max_abs, "summary": proof.summary})
-        out["setting"] = engine.workaround_text({"kind": "keep_fp32", "keep_fp32": keep})
-        # a shell line the user copies: every node name quoted
-        out["cli"] = " ".join(f"--keep-fp32 {shlex.quote(n)}" for n in keep)
+        return result(keep_fp32=keep, passed=proof.passed,
+                      metrics={"ratio": proof.ratio, "max_abs": proof.max_abs, "summary": proof.summary},
+                      setting=engine.workaround_text({"kind": "keep_fp32", "keep_fp32": keep}),
+                      # a shell line the user copies: every node name quoted
+                      cli=" ".join(f"--keep-fp32 {shlex.quote(n)}" for n in keep))
     except BuildBudgetExceeded as exc:
-        out["explanation"] = str(exc)
-    return _finish(out, bisector, start)
-
-
-def _finish(out: dict, bisector, start: int) -> dict:
-    out["builds"] = bisector.builds - start
-    out["tests_run"] = len(out["tests"])
-    return out
+        return result(explanation=str(exc))
 
 
 __all__ = ["precision_search", "rank_candidates", "weight_findings"]

@@ -25,7 +25,8 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from bisect_tui.core import atomic
-from bisect_tui.core.bisect.pool import BuildJob, BuildResult, guarded_build, raise_fault, warm_up
+from bisect_tui.core.bisect.pool import (BuildJob, BuildResult, EngineFactory, guarded_build, raise_fault,
+                                         same_factory, warm_up)
 from bisect_tui.core.errors import UserError
 
 _FILE_NAME = re.compile(r"^\.?[A-Za-z0-9_][A-Za-z0-9_.-]*$")  # what an engine names its optimized graph
@@ -43,13 +44,11 @@ def import_ray():
 class BuildActor:
     """Runs inside a Ray worker process: the engine, the model and the inputs, kept."""
 
-    def __init__(self, engine_name: str, index: int):
+    def __init__(self, engine_factory: EngineFactory, index: int):
         import socket
         import tempfile
 
-        from bisect_tui.engines import get_engine
-
-        self.engine = get_engine(engine_name)
+        self.engine = engine_factory()
         warm_up(self.engine)
         self.name = f"ray{index}@{socket.gethostname()}:{os.getpid()}"
         self.dir = Path(tempfile.mkdtemp(prefix="bisect_tui_ray_"))
@@ -97,13 +96,13 @@ class RayBuildPool:
 
     kind = "ray"
 
-    def __init__(self, address: str, workers: int, engine_name: Optional[str]):
-        if engine_name is None:
+    def __init__(self, address: str, workers: int, engine_factory: Optional[EngineFactory]):
+        if engine_factory is None:
             raise UserError("--ray: the engine must be one of the registry's (an engine given in code "
                             "cannot be loaded by a Ray worker)")
         self.address = address
         self.workers = max(1, int(workers))
-        self.engine_name = engine_name
+        self.engine_factory = engine_factory
         self._actors: list = []
         self._names: list[str] = []
         self._started_ray = False
@@ -131,12 +130,12 @@ class RayBuildPool:
                                 "use --ray local for a Ray instance on this machine") from None
             self._started_ray = True
         actor = ray.remote(num_cpus=1)(BuildActor)
-        self._actors = [actor.remote(self.engine_name, i) for i in range(self.workers)]
+        self._actors = [actor.remote(self.engine_factory, i) for i in range(self.workers)]
 
-    def attach(self, engine, engine_name: Optional[str], model_path: str, feeds: list[dict],
+    def attach(self, engine, engine_factory: Optional[EngineFactory], model_path: str, feeds: list[dict],
                keep: Optional[Sequence[str]] = None) -> None:
         """Send the model and the inputs to every actor once (one object each in Ray's store)."""
-        if engine_name != self.engine_name:
+        if not same_factory(engine_factory, self.engine_factory):
             raise UserError("--ray: the engine must be one of the registry's")
         self.start()
         ray = import_ray()

@@ -4,10 +4,14 @@ workaround. Shared by `bisect-tui bisect`, `resume --headless` and the app."""
 from __future__ import annotations
 
 
+from typing import Optional
+
+from bisect_tui.core.bisect import verdicts
 from bisect_tui.core.bisect.attribution import find_workaround
 from bisect_tui.core.bisect.findings import Findings, amplified
-from bisect_tui.core.bisect.precision import precision_search
+from bisect_tui.core.bisect.precision import precision_search, rank_candidates
 from bisect_tui.core.bisect.probe import run_probe
+from bisect_tui.core.bisect.records import BisectResult, Culprit, KeepSet, PrecisionSetting, Workaround
 from bisect_tui.core.bisect.search import Bisector, BuildBudgetExceeded
 from bisect_tui.core.bisect.units import Unit
 from bisect_tui.core.cancel import Progress
@@ -31,35 +35,47 @@ def _culprits_of(triage, bis, search: dict, layer: int, exposed_by: list[str], f
         ci = first_index + k
         triage.progress(Progress("isolate", f"proving culprit {ci} in isolation", k, len(groups)))
         iso = findings.isolation(group, level_cfg, ci)  # made once: the search may have asked already
-        triage.progress(Progress("attribute", f"confirming the optimizer of culprit {ci}", k, len(groups)))
+        triage.progress(Progress("attribute", f"confirming the pass of culprit {ci}", k, len(groups)))
         try:
             attr = findings.attribution(group, level_cfg, ci)
         except BuildBudgetExceeded as exc:
             attr = {"tags": sorted({t for u in group for t in u.optimizers}), "candidates": [], "confirmed": [],
                     "group_test": None, "how": f"not attributed: {exc}"}
         attributions.append(attr)
-        lead = group[-1]
-        first_out = next(iter(iso["outputs"].values()), {})
-        worse = [o.get("fused_worse") for o in iso["outputs"].values() if "fused_worse" in o]
-        kind = error_kind if error_kind and not worse else ("interaction" if len(group) > 1 else "fusion")
-        culprits.append({
-            "kind": kind,
-            "layer": layer,
-            "exposed_by": list(exposed_by) or None,
-            # no further from float64 than FP32: the model amplifies rounding, the kernel is fine
-            "amplified": amplified(iso),
-            "fused_node": lead.fused_node if len(group) == 1 else " + ".join(u.fused_node for u in group),
-            "op_type": lead.op_type if len(group) == 1 else " + ".join(u.op_type for u in group),
-            "original_nodes": [n for u in group for n in u.original_nodes],
-            "optimizers": attr["confirmed"] or attr["tags"],
-            "interaction": len(group) > 1,
-            "units": [u.index for u in group],
-            "attribution": attr,
-            "isolated": iso,
-            "worst_elements": first_out.get("worst_elements", []),
-            **({"engine_error": search["engine_error"]} if error_kind else {}),
-        })
+        culprits.append(_fusion_culprit(group, attr, iso, layer, exposed_by,
+                                        search["engine_error"] if error_kind else None))
     return culprits, groups, attributions
+
+
+def _fusion_culprit(group: list[Unit], attr: dict, iso: dict, layer: int, exposed_by: list[str],
+                    engine_error: Optional[dict]) -> Culprit:
+    """A culprit the search found: one fused node, or a set that only fails together."""
+    lead = group[-1]
+    first_out = next(iter(iso["outputs"].values()), {})
+    worse = [o.get("fused_worse") for o in iso["outputs"].values() if "fused_worse" in o]
+    kind = engine_error["kind"] if engine_error and not worse else ("interaction" if len(group) > 1 else "fusion")
+    return Culprit(
+        kind=kind, layer=layer, exposed_by=list(exposed_by) or None,
+        # no further from float64 than FP32: the model amplifies rounding, the kernel is fine
+        amplified=amplified(iso),
+        fused_node=lead.fused_node if len(group) == 1 else " + ".join(u.fused_node for u in group),
+        op_type=lead.op_type if len(group) == 1 else " + ".join(u.op_type for u in group),
+        original_nodes=[n for u in group for n in u.original_nodes],
+        optimizers=attr["confirmed"] or attr["tags"], interaction=len(group) > 1,
+        units=[u.index for u in group], attribution=attr, isolated=iso,
+        worst_elements=first_out.get("worst_elements", []), engine_error=engine_error,
+    )
+
+
+def _precision_culprit(triage, keep: KeepSet, err: dict) -> Culprit:
+    """The engine's build or run failure itself, bisected to nodes by their precision."""
+    return Culprit(
+        kind=err["kind"], layer=1, exposed_by=None, amplified=False, fused_node=None,
+        op_type=", ".join(sorted({triage.info.index.by_name[n].op_type for n in keep.keep_fp32})),
+        original_nodes=keep.keep_fp32, optimizers=[], interaction=False, units=[],
+        attribution={"confirmed": [], "tags": [], "candidates": [], "how": "precision bisection (keep-set)"},
+        isolated={"outputs": {}}, worst_elements=[], engine_error=err,
+    )
 
 
 def run_bisection(triage, max_builds: int = 200, config=None, max_culprits: int = 5,
@@ -115,7 +131,7 @@ def _run(triage, bis, probe, max_builds: int, max_culprits: int) -> dict:
             if layer_search.get("stopped"):
                 break  # a search cut short (budget, or an amplifying model) is not a layer to build on
             # culprits no worse than FP32 in isolation are amplified rounding, not passes to switch off
-            found = [n for a, c in zip(attributions, layer_culprits) if not c["amplified"] for n in a["confirmed"]]
+            found = [n for a, c in zip(attributions, layer_culprits) if not c.amplified for n in a["confirmed"]]
             new = [n for n in dict.fromkeys(found) if n not in disabled]
             if not new:
                 break
@@ -129,13 +145,11 @@ def _run(triage, bis, probe, max_builds: int, max_culprits: int) -> dict:
                                      f"{', '.join(disabled)} disabled; searching again"))
             used = bis.builds + extra_builds
             sub = Bisector(triage, cfg, max(max_builds - used, 1), max_culprits, fanout=bis.fanout, pool=bis.pool)
-            sub._seed_from_check = None
+            sub.seed_from_check = None
             sub.findings = Findings(triage, sub, len(culprits) + 1)
             sub.adopt_full_engine(step)
             s2 = sub.run(probe)
-            for st in sub.steps:
-                st.kind = f"round {layer}: {st.kind}"
-            extra_steps += sub.steps
+            extra_steps += [st.replace(kind=f"round {layer}: {st.kind}") for st in sub.steps]
             extra_builds += sub.builds
             extra_subgraph += sub.subgraph_builds
             c2, g2, a2 = _culprits_of(triage, sub, s2, layer, disabled, len(culprits) + 1)
@@ -148,28 +162,19 @@ def _run(triage, bis, probe, max_builds: int, max_culprits: int) -> dict:
             attributions, layer_culprits, layer_search = a2, c2, s2
     except BuildBudgetExceeded as exc:
         stopped = str(exc)
-    workaround = None
+    workaround: Optional[Workaround] = None
     if culprits:
-        triage.progress(Progress("workaround", "testing the full engine with optimizers disabled"))
+        triage.progress(Progress("workaround", "testing the full engine with passes disabled"))
         try:
-            workaround = find_workaround(bis, all_groups, all_attr)
+            workaround = Workaround.from_json(find_workaround(bis, all_groups, all_attr))
         except BuildBudgetExceeded as exc:
-            workaround = {"kind": None, "disabled_optimizers": [], "full_engine": None, "tried": [],
-                          "how": str(exc)}
-    if workaround and workaround.get("kind") is None and bis.amplifies():
-        tried = [t for t in workaround.get("tried", []) if t.get("disabled_optimizers")]
-        if tried:
-            best = min(tried, key=lambda t: t["ratio"])
-            before = (search.get("full_engine") or {}).get("ratio")
-            workaround["best_effort"] = {
-                "disabled_optimizers": best["disabled_optimizers"], "ratio": best["ratio"],
-                "ratio_before": before, "max_abs": best["max_abs"],
-                "why_not_passing": "the model amplifies rounding: the fused nodes that only reorder FP32 "
-                                   "arithmetic still move the outputs past the tolerance",
-            }
+            workaround = Workaround(kind=None, how=str(exc))
+    if workaround is not None and bis.amplifies():
+        workaround = workaround.with_best_effort((search.get("full_engine") or {}).get("ratio"),
+                                                 verdicts.AMPLIFIED_BEST_EFFORT)
     precision = None
     want_precision = bis.config.precision != "fp32" and (
-        search["verdict"] == "not_fusion" or (workaround is not None and workaround.get("kind") is None))
+        search["verdict"] == "not_fusion" or (workaround is not None and workaround.kind is None))
     caps = getattr(triage.engine, "capabilities", None)
     keepset = caps is None or caps.keep_high_precision
     if want_precision and not keepset:
@@ -177,56 +182,35 @@ def _run(triage, bis, probe, max_builds: int, max_culprits: int) -> dict:
         triage.progress(Progress("precision", "rebuilding the full engine in FP32"))
         try:
             step = bis.evaluate("precision setting: fp32", None, bis.config.with_precision("fp32"))
-            found = {"kind": "precision", "precision": "fp32"}
-            precision = {"kind": "precision_setting", "precision": "fp32", "passed": step.passed,
-                         "ratio": step.ratio, "max_abs": step.max_abs, "summary": step.summary,
-                         "setting": triage.engine.workaround_text(found)}
+            precision = PrecisionSetting(passed=step.passed, summary=step.summary, ratio=step.ratio,
+                                         max_abs=step.max_abs, setting=triage.engine.workaround_text(
+                                             {"kind": "precision", "precision": "fp32"}))
         except BuildBudgetExceeded as exc:
-            precision = {"kind": "precision_setting", "precision": "fp32", "passed": False, "summary": str(exc)}
+            precision = PrecisionSetting(passed=False, summary=str(exc))
     elif want_precision:
         triage.progress(Progress("precision", "searching the smallest set of nodes to keep in FP32"))
-        precision = precision_search(bis, triage, search)
-        if precision.get("passed") and search.get("engine_error"):
-            # the build/run failure itself, bisected to nodes by their precision
-            err = search["engine_error"]
-            culprits.append({
-                "kind": err["kind"], "layer": 1, "exposed_by": None, "amplified": False,
-                "fused_node": None, "op_type": ", ".join(sorted({triage.info.index.by_name[n].op_type
-                                                                for n in precision["keep_fp32"]})),
-                "original_nodes": precision["keep_fp32"], "optimizers": [], "interaction": False,
-                "units": [], "attribution": {"confirmed": [], "tags": [], "candidates": [],
-                                             "how": "precision bisection (keep-set)"},
-                "isolated": {"outputs": {}}, "worst_elements": [], "engine_error": err,
-            })
+        precision = precision_search(bis, rank_candidates(triage, search))
+        if precision.passed and search.get("engine_error"):
+            culprits.append(_precision_culprit(triage, precision, search["engine_error"]))
     if search["verdict"] == "not_fusion":
         search["evidence"] = not_fusion_evidence(triage, search)
     suspects = set((search.get("probe") or {}).get("suspects", []))
     found_idx = {i for c in search.get("culprits", []) for i in c}
-    steps = [s.to_dict() for s in bis.steps] + [s.to_dict() for s in extra_steps]
-    for n, st in enumerate(steps, 1):
-        st["n"] = n
-    result = {
-        **search,
-        # cross-check: did the one-run probe point at what the builds proved?
-        "probe_agrees": (suspects == found_idx) if search.get("probe") and found_idx else None,
-        "culprits": culprits,
-        "layers": layers,
-        "workaround": workaround,
-        "precision": precision,
-        "steps": steps,
-        "engine_builds": bis.builds + extra_builds,
-        # builds of a suspect's own few nodes that stood in for whole-graph ones (subgraph_check.py)
-        "subgraph_builds": bis.subgraph_builds + extra_subgraph,
-        "parallel": {"workers": bis.pool.workers, "fanout": bis.fanout, "pool": bis.pool.kind,
-                     **({"devices": bis.pool.devices} if getattr(bis.pool, "devices", None) else {})},
-        "untrusted_steps": bis.untrusted_steps,  # recorded steps whose digest failed: recomputed
-        "finished": now_iso(),
-        "tolerance": triage.opts.tolerance.to_dict(),
-    }
-    if stopped:
-        result.setdefault("stopped_reason", stopped)
-    if culprits and result["verdict"] in ("no_culprit", "not_fusion") and search.get("engine_error"):
-        result["verdict"] = "culprits"
+    verdict = None
+    if culprits and search["verdict"] in ("no_culprit", "not_fusion") and search.get("engine_error"):
+        verdict = "culprits"
+    record = BisectResult(
+        search=search, culprits=tuple(culprits), layers=layers, workaround=workaround, precision=precision,
+        steps=tuple(bis.steps) + tuple(extra_steps), engine_builds=bis.builds + extra_builds,
+        subgraph_builds=bis.subgraph_builds + extra_subgraph,
+        parallel={"workers": bis.pool.workers, "fanout": bis.fanout, "pool": bis.pool.kind,
+                  **({"devices": bis.pool.devices} if getattr(bis.pool, "devices", None) else {})},
+        untrusted_steps=bis.untrusted_steps, finished=now_iso(), tolerance=triage.opts.tolerance.to_dict(),
+        probe_agrees=(suspects == found_idx) if search.get("probe") and found_idx else None,
+        verdict=verdict, stopped_reason=stopped,
+    )
+    # the report, the app and the summary read the result as JSON (its keys: docs/bisect.md)
+    result = record.to_json()
     triage.session.write_json("bisect/result.json", result)
     state = {"pass": "passed", "culprits": "failed", "not_fusion": "failed", "no_culprit": "failed"}
     triage.session.mark_step("bisect", state.get(result["verdict"], "failed"), verdict=result["verdict"],
