@@ -225,3 +225,35 @@ def test_torch_factory_that_exits_is_a_usage_error(tmp_path):
     r = cli("check", "--torch", "quits.py:make", cwd=tmp_path)
     assert r["rc"] == 2, r
     assert "Traceback" not in r["err"] and "called sys.exit(0)" in r["err"]
+
+
+# --------------------------------------------------------------------------- sessions
+
+
+def _fake_session(root: Path, name: str, text: str | None = None) -> Path:
+    """A session directory as `sessions` sees it: a session.json the tool wrote."""
+    d = root / "bisect-sessions" / name
+    d.mkdir(parents=True)
+    (d / "session.json").write_text(text if text is not None else json.dumps(
+        {"tool": "bisect-tui", "model_source": f"{name}.onnx", "created": "2026-12-01T00:00:00+00:00",
+         "steps": {"fused": {"state": "passed"}}}))
+    return d
+
+
+def test_a_damaged_session_is_listed_and_skipped_never_fatal(tmp_path):
+    good = _fake_session(tmp_path, "good-1")
+    deep = '{"tool": "bisect-tui", "x": ' + "[" * 100_000 + "]" * 100_000 + "}"
+    bad = _fake_session(tmp_path, "bad-1", deep)
+    r = cli("sessions", "list", cwd=tmp_path)
+    assert r["rc"] == 0 and "Traceback" not in r["err"], r
+    assert "good-1" in r["out"] and "bad-1" in r["out"] and "damaged" in r["out"], r["out"]
+    r = cli("sessions", "prune", "--all", cwd=tmp_path)
+    assert r["rc"] == 0, r
+    assert not good.exists() and bad.exists()  # damaged: cannot be proven ours, kept
+
+
+@pytest.mark.parametrize("age", ["nan", "-1", "inf"])
+def test_prune_refuses_ages_that_are_not_a_number_of_days(tmp_path, age):
+    d = _fake_session(tmp_path, "recent-1")
+    refused(cli("sessions", "prune", "--older-than", age, cwd=tmp_path), "--older-than")
+    assert d.exists()
