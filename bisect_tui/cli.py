@@ -176,26 +176,6 @@ def _positive_int(text: str) -> int:
     return n
 
 
-def _check_output_file(path: Optional[Path], flag: str) -> None:
-    """A --json/--report/--bundle target must be writable now, not after the whole run."""
-    if path is None:
-        return
-    p = Path(path)
-    if p.is_dir():
-        raise UserError(f"{flag} {term(p)} is a directory; give a file name")
-    if p.exists() and not os.access(p, os.W_OK):
-        raise UserError(f"{flag} {term(p)} exists and is not writable")
-    # missing folders are created when the file is written; the nearest existing
-    # one must be a folder we can write in
-    probe = p.parent if str(p.parent) else Path(".")
-    while not probe.exists() and probe.parent != probe:
-        probe = probe.parent
-    if not probe.is_dir():
-        raise UserError(f"{flag} {term(p)}: {term(probe)} is a file, not a folder")
-    if not p.exists() and not os.access(probe, os.W_OK | os.X_OK):
-        raise UserError(f"{flag} {term(p)}: the folder {term(probe)} is not writable")
-
-
 def _check_session_dir(path: Optional[Path]) -> None:
     if path is None:
         return
@@ -239,8 +219,10 @@ def options_from_args(args: argparse.Namespace):
 
     _check_numbers(args)
     _check_session_dir(args.session)
+    from bisect_tui.core.outputs import check_target
+
     for flag in ("json", "report", "bundle"):
-        _check_output_file(getattr(args, flag, None), f"--{flag}")
+        check_target(getattr(args, flag, None), f"--{flag}", flag)
     engine, config = config_from_args(args)  # validated by the engine itself
     preset = args.preset or ({"fp16": "fp16", "bf16": "bf16"}.get(args.precision, "fp32"))
     tolerance = parse_tolerance(preset, args.atol, args.rtol, args.min_cosine, args.tol)

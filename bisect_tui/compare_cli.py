@@ -130,9 +130,10 @@ def _run(args: argparse.Namespace) -> int:
     from bisect_tui.core.escape import term
 
     opts = options_from_args(args)
-    for flag, path in (("--json", args.json), ("--report", args.report)):
-        if path is not None and Path(path).is_dir():  # say so before the work, not after
-            raise UserError(f"{flag} {term(path)} is a directory; give a file name")
+    from bisect_tui.core.outputs import check_target
+
+    for flag, kind in (("--json", "json"), ("--report", "report")):  # before the work, not after
+        check_target(getattr(args, kind), flag, kind)
     result = compare_dumps(args.golden, args.test, opts)
     if args.json:
         _write("--json", args.json, lambda: atomic.write_json(args.json, result.to_dict()))

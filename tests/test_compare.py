@@ -99,7 +99,7 @@ def test_fp16_array_judged_by_its_own_preset(dense, capsys):
     code, _, err = run(["compare", d / "golden.npy", d / "t.npy", "--json", d], capsys)
     assert code == 2 and "is a directory" in one_line_error(err)
     code, _, err = run(["compare", d / "golden.npy", d / "t.npy", "--json", d / "golden.npy" / "r.json"], capsys)
-    assert code == 2 and "a file stands where a folder" in one_line_error(err)
+    assert code == 2 and "is a file, not a folder" in one_line_error(err)
     ro = d / "ro"
     ro.mkdir()
     ro.chmod(0o500)

@@ -16,16 +16,27 @@ from typing import Any, Optional
 
 import numpy as np
 
+from bisect_tui.core import outputs
+from bisect_tui.core.errors import UserError
+from bisect_tui.core.escape import term
+
 
 def _atomic_write(path: Path, data: bytes) -> None:
     # Safe against a link planted at `path`: mkstemp creates with O_EXCL (never
     # through a link) and os.replace swaps the link itself for the file rather
     # than writing where it points. Folders are checked by the caller
     # (Session.path / safepath.inside).
+    # A device, pipe or folder at `path` is never replaced: renamed over
+    # /dev/full, a report once replaced the device and the write "succeeded".
+    # Outputs the user names are checked before any work (core/outputs.py);
+    # this is the last guard for every write.
     path = Path(path)
+    if not outputs.still_replaceable(path):
+        raise UserError(f"{term(path)} is not a regular file; refusing to replace it")
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        os.fchmod(fd, outputs.file_mode())  # mkstemp's 0600, widened to what the umask allows
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
             fh.flush()

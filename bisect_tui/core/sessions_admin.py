@@ -10,6 +10,7 @@ never follows a symbolic link, and says what it removed and how much it freed.
 from __future__ import annotations
 
 import datetime as _dt
+import math
 import os
 import shutil
 import stat
@@ -17,7 +18,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Optional
 
-from bisect_tui.core import atomic
 from bisect_tui.core.errors import UserError
 from bisect_tui.core.session import recent_sessions
 
@@ -35,6 +35,7 @@ class SessionEntry:
     last_step: str  # the furthest step that finished, e.g. "bisect: culprits"
     finished: bool  # a check or bisection completed in it
     bytes: int
+    damaged: str = ""  # why its session.json cannot be read: listed, never pruned
 
     @property
     def age_days(self) -> Optional[float]:
@@ -59,17 +60,54 @@ def dir_size(root: Path) -> int:
     return total
 
 
-def is_session(path: Path) -> bool:
-    """A real directory holding a session.json that bisect-tui wrote."""
+# a session.json of a 21,600-node bisection is a few MB; far beyond that is not ours
+META_MAX_BYTES = 64 << 20
+
+
+def _meta(path: Path) -> dict:
+    """session.json, bounded in size and depth (one hand-edited file nested
+    100,000 deep made `sessions list` crash for every session)."""
+    from bisect_tui.core.bounded import parse_json, read_text_capped
+
+    data = parse_json(read_text_capped(path / "session.json", "session.json", META_MAX_BYTES),
+                      "session.json")
+    if not isinstance(data, dict):
+        raise UserError("session.json is not a JSON object")
+    return data
+
+
+def _has_meta(path: Path) -> bool:
     if path.is_symlink() or not path.is_dir():
         return False
     meta = path / "session.json"
-    if meta.is_symlink() or not meta.is_file():
+    return not meta.is_symlink() and meta.is_file()
+
+
+def is_session(path: Path) -> bool:
+    """A real directory holding a session.json that bisect-tui wrote."""
+    if not _has_meta(path):
         return False
     try:
-        return atomic.read_json(meta).get("tool") == "bisect-tui"
-    except (OSError, ValueError, AttributeError):
+        return _meta(path).get("tool") == "bisect-tui"
+    except (OSError, UserError):
         return False
+
+
+def _damaged(path: Path) -> str:
+    """Why a directory that looks like a session (a session.json naming the tool
+    in its first bytes) cannot be read; "" when it reads or is not one of ours."""
+    if not _has_meta(path):
+        return ""
+    try:
+        _meta(path)
+        return ""
+    except (OSError, UserError) as exc:
+        try:
+            with open(path / "session.json", "rb") as fh:
+                head = fh.read(4096)
+        except OSError:
+            return ""
+        return str(exc) if b'"bisect-tui"' in head else ""
 
 
 def _inputs_text(opts: dict) -> str:
@@ -90,7 +128,7 @@ def _inputs_text(opts: dict) -> str:
 
 
 def describe(path: Path) -> SessionEntry:
-    meta = atomic.read_json(path / "session.json")
+    meta = _meta(path)
     steps = meta.get("steps") or {}
     order = ("inputs", "baseline", "determinism", "range_check", "fused", "bisect")
     last = ""
@@ -118,10 +156,13 @@ def find_sessions(base: Path, include_recent: bool = True) -> list[SessionEntry]
     the ones the app remembers as recent."""
     seen: set[str] = set()
     paths: list[Path] = []
+    damaged: list[SessionEntry] = []
     if base.is_dir():
         for child in sorted(base.iterdir()):
             if is_session(child):
                 paths.append(child)
+            elif why := _damaged(child):
+                damaged.append(SessionEntry(child, "?", "?", "", f"damaged: {why}", False, dir_size(child), why))
     if include_recent:
         for e in recent_sessions():
             p = Path(e["session"])
@@ -133,8 +174,11 @@ def find_sessions(base: Path, include_recent: bool = True) -> list[SessionEntry]
         if key in seen:
             continue
         seen.add(key)
-        out.append(describe(p))
-    return out
+        try:
+            out.append(describe(p))
+        except (OSError, UserError) as exc:  # changed since is_session read it
+            out.append(SessionEntry(p, "?", "?", "", f"damaged: {exc}", False, dir_size(p), str(exc)))
+    return out + damaged
 
 
 def human_size(n: int) -> str:
@@ -149,8 +193,12 @@ def select(entries: Iterable[SessionEntry], older_than: Optional[float] = None, 
     if not (older_than is not None or unfinished or everything):
         raise UserError("say which sessions to prune: --unfinished, --older-than DAYS or --all "
                         "(add --dry-run to only list them)")
+    if older_than is not None and not (math.isfinite(older_than) and older_than >= 0):
+        raise UserError(f"--older-than {older_than}: give a number of days, 0 or more")
     out = []
     for e in entries:
+        if e.damaged:  # cannot be proven ours: listed, never removed
+            continue
         if everything:
             out.append(e)
             continue

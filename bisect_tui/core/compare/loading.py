@@ -17,11 +17,30 @@ from pathlib import Path
 
 import numpy as np
 
+from bisect_tui.core.bounded import check_declared, excerpt, parse_json
 from bisect_tui.core.compare.records import Loaded, Source
 from bisect_tui.core.errors import EnvironmentFault, UserError
 from bisect_tui.core.escape import term
 
 READ_BLOCK = 1 << 22
+# a compressed member that inflates this much is refused: real activations compress
+# by a few percent, a zip bomb by a factor of thousands
+MAX_RATIO = 200
+RATIO_FLOOR = 64 << 20  # below this size a high ratio costs nothing to read
+
+
+BUDGET_HINT = "half the memory available now; free memory, or compare on a larger machine"
+
+
+def _budget() -> int:
+    """The most one tensor may claim: half the memory available now (comparing
+    reads both sides and works in float64, so a larger one cannot finish)."""
+    try:
+        import psutil
+
+        return int(psutil.virtual_memory().available // 2)
+    except Exception:  # no psutil reading: a size no real dump reaches refuses only forgeries
+        return 64 << 30
 
 
 def _refuse_objects(dtype: np.dtype, side: str, where: str) -> None:
@@ -59,6 +78,8 @@ def _open(path: Path, side: str):
 def _npy(path: Path, side: str, name: str | None = None) -> Loaded:
     with _open(path, side) as fh:
         dtype, shape, _ = _header(fh, side, str(path))
+        stored = path.stat().st_size - fh.tell()
+    check_declared(shape, dtype.itemsize, stored, _budget(), f"{side} {term(path)}", BUDGET_HINT)
     return Loaded(name or path.stem, path, None, dtype.str, shape)
 
 
@@ -70,13 +91,28 @@ def _npz(path: Path, side: str) -> list[Loaded]:
         raise UserError(f"{side} {term(path)} does not exist") from None
     except (zipfile.BadZipFile, OSError) as exc:
         raise UserError(f"{side} {term(path)} is not a readable .npz archive ({term(exc)})") from None
+    budget = _budget()
     with zf:
-        for member in zf.namelist():
-            if not member.endswith(".npy"):
-                continue
-            key = member[: -len(".npy")]
-            with zf.open(member) as fh:
-                dtype, shape, _ = _header(fh, side, f"{path}[{key}]")
+        infos = [i for i in zf.infolist() if i.filename.endswith(".npy")]
+        total = sum(i.file_size for i in infos)
+        if total > 4 * budget:
+            raise UserError(f"{side} {term(path)} inflates to {total / 2**30:.1f} GiB, more than this tool reads "
+                            f"from one archive ({4 * budget / 2**30:.1f} GiB); split it or pass a folder of .npy files")
+        for info in infos:
+            key = info.filename[: -len(".npy")]
+            where = f"{side} {term(path)}[{excerpt(key)}]"
+            if (info.compress_type != zipfile.ZIP_STORED and info.file_size > RATIO_FLOOR
+                    and info.file_size > MAX_RATIO * max(info.compress_size, 1)):
+                raise UserError(f"{where} inflates {info.file_size // max(info.compress_size, 1):,} times "
+                                f"(to {info.file_size / 2**20:.0f} MiB): refused as a likely zip bomb; "
+                                "save it uncompressed (np.savez) if it is real")
+            try:
+                with zf.open(info) as fh:
+                    dtype, shape, _ = _header(fh, side, f"{path}[{key}]")
+                    header_len = fh.tell()
+            except (zipfile.BadZipFile, OSError, NotImplementedError) as exc:
+                raise UserError(f"{where} cannot be read ({excerpt(exc)})") from None
+            check_declared(shape, dtype.itemsize, info.file_size - header_len, budget, where, BUDGET_HINT)
             out.append(Loaded(key, path, key, dtype.str, shape))
     if not out:
         raise UserError(f"{side} {term(path)} holds no arrays")
@@ -93,7 +129,7 @@ def _session_baseline_dir(path: Path) -> Path | None:
 
 def _from_session(path: Path, base: Path, side: str) -> Source:
     try:
-        manifest = json.loads((base / "manifest.json").read_text())
+        manifest = parse_json((base / "manifest.json").read_text(), f"{side} {term(path)}: the baseline manifest")
         entries = manifest["tensors"]
         samples = int(manifest.get("samples", 1))
     except (OSError, ValueError, KeyError, TypeError) as exc:

@@ -12,14 +12,13 @@ say how the test tensor was stored (`dtype`, `scale`, `zero_point`).
 from __future__ import annotations
 
 import difflib
-import fnmatch
-import json
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
+from bisect_tui.core.compare.globs import MAX_PATTERN, captures, matches
 from bisect_tui.core.compare.records import Loaded, Pair, Source, Unmatched
+from bisect_tui.core.bounded import excerpt, read_structured
 from bisect_tui.core.errors import UserError
 from bisect_tui.core.escape import safe_filename, term
 
@@ -42,7 +41,7 @@ def _number(value, what: str) -> float:
         try:
             return float(str(value))
         except ValueError:
-            raise UserError(f"{what}: {term(value)!r} is not a number") from None
+            raise UserError(f"{what}: {excerpt(value)!r} is not a number") from None
     return float(value)
 
 
@@ -51,7 +50,7 @@ def check_dtype_hint(kind: str, where: str) -> str:
     k = {"half": "fp16", "float32": "fp32", "float64": "fp64", "double": "fp64"}.get(k, k)
     if k not in DTYPE_HINTS:
         hint = difflib.get_close_matches(k, DTYPE_HINTS, n=1)
-        raise UserError(f"{where}: unknown dtype {term(kind)!r}; valid: {', '.join(DTYPE_HINTS)}"
+        raise UserError(f"{where}: unknown dtype {excerpt(kind)!r}; valid: {', '.join(DTYPE_HINTS)}"
                         + (f" (did you mean {hint[0]!r}?)" if hint else ""))
     return k
 
@@ -60,34 +59,16 @@ def load_mapping(path: Path) -> tuple[Rule, ...]:
     """Rules from a JSON or YAML file: ``{test: golden}`` or ``{test: {golden:, dtype:, scale:, zero_point:}}``,
     optionally under a top-level ``map:`` key. YAML is read with safe_load: no tags, no objects."""
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise UserError(f"mapping file {term(path)} does not exist") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UserError(f"mapping file {term(path)} cannot be read ({term(exc)})") from None
-    if path.suffix.lower() in (".yaml", ".yml"):
-        import yaml
-
-        try:
-            data = yaml.safe_load(text)
-        except yaml.YAMLError as exc:
-            first = term(str(exc).splitlines()[0] if str(exc) else "syntax error")
-            raise UserError(f"mapping file {term(path)} is not valid YAML ({first})") from None
-    elif path.suffix.lower() == ".json":
-        try:
-            data = json.loads(text)
-        except ValueError as exc:
-            raise UserError(f"mapping file {term(path)} is not valid JSON ({term(exc)})") from None
-    else:
-        raise UserError(f"mapping file {term(path)}: expected .json, .yaml or .yml")
+    data = read_structured(path, "mapping file")
     if isinstance(data, dict) and set(data) == {"map"}:
         data = data["map"]
     if not isinstance(data, dict) or not data:
         raise UserError(f"mapping file {term(path)}: expected a mapping of test name -> golden name")
     rules = []
     for test, value in data.items():
-        where = f"mapping file {term(path)}, entry {term(test)!r}"
+        where = f"mapping file {term(path)}, entry {excerpt(test)!r}"
+        if len(str(test)) > MAX_PATTERN or (isinstance(value, str) and len(value) > MAX_PATTERN):
+            raise UserError(f"{where}: a name or pattern of over {MAX_PATTERN} characters; refused")
         if value is None or isinstance(value, str):
             rules.append(Rule(str(test), value, origin=f"mapping file rule {test!r}"))
             continue
@@ -95,10 +76,11 @@ def load_mapping(path: Path) -> tuple[Rule, ...]:
             raise UserError(f"{where}: expected a golden name or a table with keys {', '.join(RULE_KEYS)}")
         unknown = set(value) - set(RULE_KEYS)
         if unknown:
-            raise UserError(f"{where}: unknown key(s) {', '.join(sorted(map(str, unknown)))}; valid: {', '.join(RULE_KEYS)}")
+            raise UserError(f"{where}: unknown key(s) {excerpt(', '.join(sorted(map(str, unknown))))}; "
+                            f"valid: {', '.join(RULE_KEYS)}")
         golden = value.get("golden")
-        if golden is not None and not isinstance(golden, str):
-            raise UserError(f"{where}: golden must be a name")
+        if golden is not None and (not isinstance(golden, str) or len(golden) > MAX_PATTERN):
+            raise UserError(f"{where}: golden must be a name (at most {MAX_PATTERN} characters)")
         rules.append(Rule(
             str(test), golden,
             dtype=check_dtype_hint(value["dtype"], where) if value.get("dtype") is not None else None,
@@ -109,34 +91,9 @@ def load_mapping(path: Path) -> tuple[Rule, ...]:
     return tuple(rules)
 
 
-def _glob_regex(pattern: str) -> re.Pattern:
-    """A test-side glob as a regex whose groups are the text each wildcard matched."""
-    out, i = [], 0
-    while i < len(pattern):
-        c = pattern[i]
-        if c == "*":
-            out.append("(.*)")
-        elif c == "?":
-            out.append("(.)")
-        elif c == "[":
-            j = pattern.find("]", i + 2)
-            if j == -1:
-                out.append(re.escape(c))
-            else:
-                body = pattern[i + 1 : j].replace("\\", "\\\\")
-                if body.startswith("!"):
-                    body = "^" + body[1:]
-                out.append(f"([{body}])")
-                i = j
-        else:
-            out.append(re.escape(c))
-        i += 1
-    return re.compile("".join(out) + r"\Z", re.S)
-
-
-def _fill(golden: str, captures: tuple[str, ...]) -> str:
+def _fill(golden: str, caught: tuple[str, ...]) -> str:
     """Replace the golden pattern's wildcards, left to right, by the captured text."""
-    caps = list(captures)
+    caps = list(caught)
     out = []
     for c in golden:
         if c in "*?" and caps:
@@ -183,17 +140,17 @@ def match(golden: Source, test: Source, rules: tuple[Rule, ...] = (), hints: Hin
     for t in test.tensors:
         rule_i, rule, target, how = None, None, None, ""
         for i, r in enumerate(rules):
-            m = _glob_regex(r.test).match(t.name)
-            if m:
+            caps = captures(r.test, t.name)
+            if caps is not None:
                 rule_i, rule = i, r
                 break
         if rule is not None:
             used_rules.add(rule_i)
-            want = _fill(rule.golden, m.groups()) if rule.golden else t.name
+            want = _fill(rule.golden, caps) if rule.golden else t.name
             if want in g_by_name:
                 target, how = g_by_name[want], f"{rule.origin} -> {want!r}"
             elif any(c in want for c in "*?["):
-                hits = [g for g in golden.tensors if fnmatch.fnmatchcase(g.name, want)]
+                hits = [g for g in golden.tensors if matches(want, g.name)]
                 if len(hits) > 1:
                     raise UserError(
                         f"{term(rule.origin)}: test {term(t.name)!r} -> golden {term(want)!r} matches "
@@ -215,11 +172,11 @@ def match(golden: Source, test: Source, rules: tuple[Rule, ...] = (), hints: Hin
         dtype = rule.dtype if rule else None
         scale, zp = (rule.scale, rule.zero_point) if rule else (None, 0.0)
         for pat, kind in hints.dtypes:
-            if fnmatch.fnmatchcase(t.name, pat):
+            if matches(pat, t.name):
                 dtype = kind
                 break
         for pat, s, z in hints.scales:
-            if fnmatch.fnmatchcase(t.name, pat):
+            if matches(pat, t.name):
                 scale, zp = s, z
                 break
         pairs.append(Pair(t, target, how, dtype, scale, zp))
@@ -228,6 +185,14 @@ def match(golden: Source, test: Source, rules: tuple[Rule, ...] = (), hints: Hin
     t_names = [t.name for t in test.tensors]
     spare = [Unmatched("golden", g.name, suggestions(g.name, t_names) if golden.kind != "session" else ())
              for g in golden.tensors if g.name not in used]
+    literal = [r for i, r in enumerate(rules) if i not in used_rules and not any(c in r.test for c in "*?[")]
+    if literal:
+        # a plain name is a claim that the tensor exists: a typo must not pass as "no rule applied"
+        hint = suggestions(literal[0].test, t_names)
+        raise UserError(f"{excerpt(literal[0].origin)} names test tensor {excerpt(literal[0].test)!r}, which "
+                        f"the TEST dump does not hold" + (f" (did you mean {', '.join(repr(excerpt(h)) for h in hint)}?)"
+                                                          if hint else "")
+                        + (f"; {len(literal) - 1} more rule(s) like it" if len(literal) > 1 else ""))
     notes = [f"{r.origin} matched no test tensor" + (
         f" (did you mean {', '.join(repr(s) for s in suggestions(r.test, t_names))}?)"
         if suggestions(r.test, t_names) else "")

@@ -19,7 +19,7 @@ from bisect_tui.core.compare import dtypes, pitfalls, shapes
 from bisect_tui.core.compare.loading import load_source, read_array
 from bisect_tui.core.compare.matching import Hints, load_mapping, match
 from bisect_tui.core.compare.records import CompareResult, Conversion, Finding, Pair, TensorResult
-from bisect_tui.core.errors import UserError
+from bisect_tui.core.errors import EnvironmentFault, UserError
 from bisect_tui.core.escape import term
 from bisect_tui.core.metrics import align, compare
 from bisect_tui.core.tolerance import DEFAULT_TOPK, ToleranceSpec, judge_arrays, parse_tolerance
@@ -142,7 +142,12 @@ def compare_dumps(golden_path: Path, test_path: Path, opts: CompareOptions = Com
     for i, pair in enumerate(pairs):
         if progress:
             progress(i, len(pairs), pair.test.name)
-        results.append(_one(pair, golden.samples_axis, opts, specs))
+        try:
+            results.append(_one(pair, golden.samples_axis, opts, specs))
+        except MemoryError:
+            # the machine, not the user's data nor a bug: the same exit (5) check and bisect give
+            raise EnvironmentFault(f"out of memory comparing {term(pair.test.name)} "
+                                   f"(shape {tuple(pair.test.shape)}); free memory or compare fewer tensors") from None
     if golden.kind == "session":
         notes.append(f"{len(pairs)} session baseline file(s) read, each matching its manifest SHA-256")
     return CompareResult(golden, test, specs.default, tuple(results), tuple(unmatched),

@@ -36,6 +36,13 @@ def _first_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text.splitlines()[0][:200]}" if text else type(exc).__name__
 
 
+def _exited(spec: TorchSpec, exc: SystemExit, doing: str) -> UserError:
+    """The user's code called sys.exit (or exit()): that ends their script, not
+    our triage. Passed on, exit(0) read as "within tolerance" with no output."""
+    return UserError(f"--torch {spec.text}: {doing} called sys.exit({exc.code!r}); a factory must return "
+                     "the model, not exit")
+
+
 def import_factory(spec: TorchSpec) -> Callable[[], Any]:
     """The factory callable. Dotted paths resolve from the working directory
     first (as `python -m` does), a `.py` path is loaded from that file."""
@@ -58,6 +65,8 @@ def import_factory(spec: TorchSpec) -> Callable[[], Any]:
             module = importlib.import_module(spec.module)
     except UserError:
         raise
+    except SystemExit as exc:
+        raise _exited(spec, exc, f"importing {spec.module}") from None
     except Exception as exc:  # the user's module failed to import: their error, one line
         raise UserError(f"--torch {spec.text}: importing {spec.module} failed: {_first_line(exc)}") from None
     fn = getattr(module, spec.factory, None)
@@ -149,6 +158,8 @@ def load(spec: TorchSpec) -> Loaded:
     fn = import_factory(spec)
     try:
         result = fn()
+    except SystemExit as exc:
+        raise _exited(spec, exc, "the factory") from None
     except Exception as exc:
         raise UserError(f"--torch {spec.text}: the factory raised {_first_line(exc)}") from None
     module, examples = unpack(result, spec)
@@ -199,6 +210,8 @@ def second_call(spec: TorchSpec, first: Loaded) -> dict:
         module, examples = unpack(fn(), spec)
     except UserError:
         raise
+    except SystemExit as exc:
+        raise _exited(spec, exc, "the factory's second call") from None
     except Exception as exc:
         return {"checked": False, "reason": f"second call raised {_first_line(exc)}"}
     module.eval().to("cpu")
