@@ -73,7 +73,7 @@ inspector_dump() {  # PY OUT_JSON: build cnn.onnx at FP16, save the inspector JS
 import sys
 from pathlib import Path
 
-from bisect_tui.engines.base import EngineConfig
+from bisect_tui.api import EngineConfig
 from bisect_tui.engines.tensorrt.engine import TensorRTEngine
 
 built = TensorRTEngine().build(Path(sys.argv[1]), EngineConfig(precision="fp16"))

@@ -18,7 +18,7 @@ import pytest
 from onnx import helper
 
 from bisect_tui.core.errors import ExitCode, UserError
-from bisect_tui.engines.base import EngineConfig
+from bisect_tui.api import EngineConfig
 from fixtures.tensorrt_helpers import Layer, Network, Tensor, TrtEnums
 from testlib import init, make_model, vi
 

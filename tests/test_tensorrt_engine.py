@@ -15,7 +15,7 @@ import onnx
 import pytest
 
 from bisect_tui.core.errors import ExitCode, UserError
-from bisect_tui.engines.base import EngineConfig
+from bisect_tui.api import EngineConfig
 from bisect_tui.engines.tensorrt.precision import NetworkLayer
 from bisect_tui.engines.tensorrt.profiles import build_profiles
 from fixtures.tensorrt_helpers import InputStub, Layer, Network, Tensor, chain_model
@@ -29,7 +29,7 @@ def test_engine_refuses_what_tensorrt_cannot_do_and_says_how_to_apply_fixes():
 
     eng = TensorRTEngine()
     with pytest.raises(UserError, match="no per-pass switch"):
-        eng.validate(EngineConfig(disabled_optimizers=("ConvBNFusion",)))
+        eng.validate(EngineConfig(disabled_passes=("ConvBNFusion",)))
     with pytest.raises(UserError, match="one optimization level"):
         eng.validate(EngineConfig(level="basic"))
     eng.validate(EngineConfig(precision="fp16"))
@@ -43,7 +43,7 @@ def test_engine_refuses_what_tensorrt_cannot_do_and_says_how_to_apply_fixes():
     assert eng.workaround_text({"kind": None}) == "no TensorRT setting was proven to fix it"
     assert eng.default_precision() == "fp32"
     assert "ModifyNetworkOutputs" in eng.workaround_text({"kind": "mark_outputs", "marked_tensors": ["t"]})
-    assert eng.name == "tensorrt" and eng.known_optimizers() == set()
+    assert eng.name == "tensorrt" and eng.known_passes() == set()
 
 
 def test_repro_script_is_constant_and_reads_names_from_json(tmp_path):

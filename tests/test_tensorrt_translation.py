@@ -19,7 +19,7 @@ from onnx import TensorProto, helper
 
 from bisect_tui.core.errors import ExitCode, UserError
 from bisect_tui.core.graph import GraphIndex
-from bisect_tui.engines.base import EngineConfig
+from bisect_tui.api import EngineConfig
 from bisect_tui.engines.tensorrt.cache import EngineCache, cache_key
 from bisect_tui.engines.tensorrt.features import features_from_names
 from bisect_tui.engines.tensorrt.inspector import metadata_nodes, parse_inspector, precision_word
@@ -225,7 +225,7 @@ def test_without_tensorrt_the_engine_says_how_to_get_it(tmp_path):
         eng.build(src, EngineConfig(precision="fp16"))
     assert e.value.code == ExitCode.ENVIRONMENT and "TensorRT is not installed" in str(e.value)
     assert eng.versions()["tensorrt"] == "not installed"
-    assert eng.unknown_optimizers(["ConvBNFusion"]) == ["ConvBNFusion"]
+    assert eng.unknown_passes(["ConvBNFusion"]) == ["ConvBNFusion"]
 
 
 # ------------------------------------------------------------------ options

@@ -13,7 +13,7 @@ from typing import Optional, Sequence
 import numpy as np
 
 from bisect_tui.core.errors import EngineRunError
-from bisect_tui.engines.base import EngineConfig, FusedNode
+from bisect_tui.api import EngineConfig, FusedNode
 from bisect_tui.engines.tensorrt.buildlog import captured_errors, first_line
 from bisect_tui.engines.tensorrt.inspector import parse_inspector
 from bisect_tui.engines.tensorrt.layermap import fused_nodes_from_inspector, fusions_across

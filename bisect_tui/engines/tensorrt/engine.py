@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Collection, Optional
 
 from bisect_tui.core.errors import EngineBuildError, ExitCode, UserError
-from bisect_tui.engines.base import EngineConfig
+from bisect_tui.api import EngineConfig
 from bisect_tui.engines.tensorrt import advice
 from bisect_tui.engines.tensorrt.buildlog import first_line
 from bisect_tui.engines.tensorrt.built import TrtBuilt, TrtObserver
@@ -89,10 +89,10 @@ class TensorRTEngine:
         except UserError as e:
             return capabilities_for(None, str(e))
 
-    def known_optimizers(self) -> set[str]:
+    def known_passes(self) -> set[str]:
         return set()  # TensorRT exposes no per-pass switch
 
-    def unknown_optimizers(self, names: Collection[str]) -> list[str]:
+    def unknown_passes(self, names: Collection[str]) -> list[str]:
         return list(names)
 
     def versions(self) -> dict[str, str]:
@@ -110,8 +110,8 @@ class TensorRTEngine:
         the model (INT8 without Q/DQ nodes is refused by `build`, which has it)."""
         validate(trt_options(config))
         profile_ranges(config)
-        if config.disabled_optimizers:
-            raise UserError(f"--disable {config.disabled_optimizers[0]}: TensorRT has no per-pass switch; "
+        if config.disabled_passes:
+            raise UserError(f"--disable {config.disabled_passes[0]}: TensorRT has no per-pass switch; "
                             "the search marks tensors and pins layers to FP32 instead")
         if config.level not in ("all",):
             raise UserError("TensorRT has one optimization level here (all); use --trt-opt-level for the builder's")

@@ -34,7 +34,7 @@ from collections import defaultdict
 from typing import Iterable
 
 from bisect_tui.core.graph import GraphIndex
-from bisect_tui.engines.base import FusedNode
+from bisect_tui.api import FusedNode
 from bisect_tui.engines.tensorrt.inspector import InspectorLayer
 from bisect_tui.engines.tensorrt.layernames import MYELIN_SUFFIX, NameRange, name_parts, nodes_from_name
 
@@ -191,7 +191,7 @@ def fused_nodes_from_inspector(layers: Iterable[InspectorLayer], index: GraphInd
             inputs=[t.name for t in la.inputs],
             outputs=[t.name for t in la.outputs],
             original_nodes=sorted(ns, key=index.order.__getitem__),
-            optimizers=[],
+            passes=[],
         )
         for la, ns in zip(layers, nodes)
     ]
