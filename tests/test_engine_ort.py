@@ -424,7 +424,7 @@ def test_bad_level_precision_provider_are_user_errors(block, tmp_path):
     with pytest.raises(UserError, match="precision"):
         build(block, tmp_path, precision="int4")
     with pytest.raises(UserError, match="NoSuchExecutionProvider"):
-        build(block, tmp_path, providers=("NoSuchExecutionProvider",))
+        build(block, tmp_path, options=(("providers", '["NoSuchExecutionProvider"]'),))
 
 
 # --------------------------------------------------------------------------- execution providers

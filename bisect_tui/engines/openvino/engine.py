@@ -378,9 +378,10 @@ class OpenVinoEngine:
             if value:
                 raise UserError(f"{what}: OpenVINO release builds have no per-pass or per-node switch; "
                                 "use --ov-mark or --precision instead")
-        providers = [p for p in config.providers if p != "CPUExecutionProvider"]
-        if providers:
-            raise UserError("--ort-provider is an ONNX Runtime option; OpenVINO uses --ov-device")
+        foreign = sorted(set(dict(config.options)) - {o.option_key for o in OPTIONS})
+        if foreign:
+            raise UserError(f"option {foreign[0]!r} is not one of OpenVINO's; OpenVINO uses "
+                            + ", ".join(o.flag for o in OPTIONS))
         try:
             core = _core()
         except Exception as e:  # not installed, or a broken install

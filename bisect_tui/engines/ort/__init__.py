@@ -36,8 +36,15 @@ OPTIONS = (
                  form_id="disabled", placeholder="e.g. GeluApproximation"),
     EngineOption("provider", "list", (), "execution provider before the CPU fallback: "
                  + ", ".join(PROVIDER_NAMES) + " (when the installed onnxruntime has it)",
-                 "--ort-provider", "providers", metavar="NAME", label="providers", in_form=False),
+                 "--ort-provider", "options.providers", metavar="NAME", label="providers", in_form=False,
+                 ordered=True, normalized=True),
 )
+CPU_PROVIDER = "CPUExecutionProvider"
+
+
+def providers_of(config) -> tuple[str, ...]:
+    """The execution providers a config asks for, the CPU fallback last."""
+    return config.option_list("providers", (CPU_PROVIDER,))
 
 CAPABILITIES = Capabilities(
     marking=True, marking_blocks=True, pass_switches=True, keep_high_precision=True,

@@ -43,7 +43,7 @@ from bisect_tui.engines.base import (
     did_you_mean,
 )
 
-from bisect_tui.engines.ort import CAPABILITIES, OPTIONS, ORT_PRECISIONS, PROVIDER_NAMES  # noqa: E402
+from bisect_tui.engines.ort import CAPABILITIES, CPU_PROVIDER, OPTIONS, ORT_PRECISIONS, PROVIDER_NAMES, providers_of
 
 from bisect_tui.core.onnx_files import (  # noqa: F401  (the old private names, kept for callers)
     ensure_named as _ensure_named,
@@ -119,7 +119,7 @@ def _validate(config: EngineConfig) -> None:
     import onnxruntime
 
     available = onnxruntime.get_available_providers()
-    missing = [p for p in config.providers if p not in available]
+    missing = [p for p in providers_of(config) if p not in available]
     if missing:
         # ORT would warn and silently fall back to CPU, comparing the wrong engine
         raise UserError(
@@ -368,6 +368,9 @@ class OrtEngine:
                 f"--ort-config {keys[0]}: onnxruntime {onnxruntime.__version__} does not know this session "
                 "config key and would silently ignore it" + did_you_mean(keys[0], known_config_keys()))
 
+    def normalize_option(self, option, value):
+        return self.providers_for(value) if option.name == "provider" else value
+
     @staticmethod
     def providers_for(names) -> tuple[str, ...]:
         """`--ort-provider cuda` -> (CUDAExecutionProvider, CPUExecutionProvider): the CPU
@@ -377,8 +380,8 @@ class OrtEngine:
             full = PROVIDER_NAMES.get(str(n).lower(), str(n))
             if full not in chosen:
                 chosen.append(full)
-        if "CPUExecutionProvider" not in chosen:
-            chosen.append("CPUExecutionProvider")
+        if CPU_PROVIDER not in chosen:
+            chosen.append(CPU_PROVIDER)
         return tuple(chosen)
 
     @staticmethod
@@ -390,7 +393,7 @@ class OrtEngine:
     def describe(self, config: EngineConfig) -> list[tuple[str, str]]:
         return [
             ("engine", f"ONNX Runtime, {_LEVEL_NAMES.get(config.level, config.level)}, "
-                       f"{config.precision.upper()}, {', '.join(config.providers)}"),
+                       f"{config.precision.upper()}, {', '.join(providers_of(config))}"),
             ("session config", ", ".join(f"{k}={v}" for k, v in config.config_entries) or "(none)"),
             ("disabled optimizers", ", ".join(config.disabled_optimizers) or "(none)"),
         ] + ([("kept in FP32", ", ".join(config.keep_fp32))] if config.keep_fp32 else [])
@@ -528,7 +531,7 @@ class OrtEngine:
             session = ort.InferenceSession(
                 model_arg,
                 so,
-                providers=list(config.providers),
+                providers=list(providers_of(config)),
                 disabled_optimizers=list(config.disabled_optimizers),
             )
         except _ort_errors() as e:
@@ -540,7 +543,7 @@ class OrtEngine:
             # if the same build succeeds without saving, the machine is at fault.
             so.optimized_model_filepath = ""
             try:
-                ort.InferenceSession(model_arg, so, providers=list(config.providers),
+                ort.InferenceSession(model_arg, so, providers=list(providers_of(config)),
                                      disabled_optimizers=list(config.disabled_optimizers))
             except _ort_errors():
                 raise _build_error(e) from None

@@ -4,6 +4,7 @@ fused node names, from ORT's own log, and confirmed by a rebuild."""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import glob
 import hashlib
@@ -253,6 +254,7 @@ def modifying_passes(model_path: Path, config: EngineConfig) -> Optional[list[st
     None when the log could not be read (never a reason to fail)."""
     import onnxruntime as ort
 
+    from bisect_tui.engines.ort import providers_of
     from bisect_tui.engines.ort.engine import _LEVEL_NAMES, _fp16_model_path, _ort_errors
 
     model_path = Path(model_path)
@@ -277,7 +279,7 @@ def modifying_passes(model_path: Path, config: EngineConfig) -> Optional[list[st
             try:
                 os.dup2(fd, 2)
                 try:
-                    ort.InferenceSession(str(base), so, providers=list(config.providers),
+                    ort.InferenceSession(str(base), so, providers=list(providers_of(config)),
                                          disabled_optimizers=list(config.disabled_optimizers))
                 except _ort_errors():
                     pass  # the log up to the failure still says what ran
@@ -334,7 +336,7 @@ def confirm_optimizer_effect(
     try:
         for name in dict.fromkeys(optimizer_names):
             rest = tuple(sorted(set(config.disabled_optimizers) - {name}))
-            base = EngineConfig(config.level, config.precision, config.config_entries, rest, config.providers)
+            base = dataclasses.replace(config, disabled_optimizers=rest, keep_fp32=())
             result[name] = signature(base) != signature(base.with_disabled([name]))
     finally:
         if own_tmp is not None:
