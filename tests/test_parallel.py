@@ -13,7 +13,7 @@ import pytest
 from bisect_tui.cli import main
 from bisect_tui.core.bisect.run import run_bisection
 from bisect_tui.core.bisect.search import split_points
-from bisect_tui.engines.base import EngineConfig
+from bisect_tui.api import EngineConfig
 
 from testlib import culprit_matches, gelu_triage, search_shape
 

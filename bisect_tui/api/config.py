@@ -28,15 +28,15 @@ class EngineConfig:
     # the engine's KEY=VALUE settings, checked by the engine (session config
     # entries, compile properties), e.g. ("optimization.enable_gelu_approximation", "1")
     config_entries: tuple[tuple[str, str], ...] = ()
-    disabled_optimizers: tuple[str, ...] = ()
+    disabled_passes: tuple[str, ...] = ()
     # original node names kept in FP32 when precision is reduced (the keep-set)
     keep_fp32: tuple[str, ...] = ()
     # engine-specific values declared as `options.<name>` (sorted pairs; lists as JSON)
     options: tuple[tuple[str, str], ...] = ()
 
     def with_disabled(self, names: Collection[str]) -> "EngineConfig":
-        merged = tuple(sorted(set(self.disabled_optimizers) | set(names)))
-        return dataclasses.replace(self, disabled_optimizers=merged)
+        merged = tuple(sorted(set(self.disabled_passes) | set(names)))
+        return dataclasses.replace(self, disabled_passes=merged)
 
     def with_level(self, level: str) -> "EngineConfig":
         return dataclasses.replace(self, level=level)
@@ -63,7 +63,7 @@ class EngineConfig:
         opts = dict(self.options)
         d: dict[str, Any] = {"level": self.level, "precision": self.precision,
                              "config_entries": {k: v for k, v in self.config_entries},
-                             "disabled_optimizers": tuple(self.disabled_optimizers)}
+                             "disabled_optimizers": tuple(self.disabled_passes)}
         for name, unset in TOP_LEVEL_OPTIONS.items():
             raw = opts.pop(name, None)
             d[name] = tuple(json.loads(raw)) if raw is not None else unset
@@ -87,7 +87,7 @@ class EngineConfig:
             level=d.get("level", "all"),
             precision=d.get("precision", "fp32"),
             config_entries=tuple(tuple(x) for x in ce),
-            disabled_optimizers=tuple(d.get("disabled_optimizers") or d.get("disabled_passes") or ()),
+            disabled_passes=tuple(d.get("disabled_optimizers") or d.get("disabled_passes") or ()),
             keep_fp32=tuple(d.get("keep_fp32") or ()),
             options=tuple(sorted(options.items())),
         )

@@ -18,21 +18,21 @@ class FusedNode:
     # names of the prepared model's nodes this node replaced, topological order
     original_nodes: list[str] = field(default_factory=list)
     # names of the engine's passes that made this node, as far as the engine can tell
-    optimizers: list[str] = field(default_factory=list)
+    passes: list[str] = field(default_factory=list)
 
     @property
     def is_fused(self) -> bool:
         """True when this node is not simply one original node left as it was."""
         if len(self.original_nodes) > 1:
             return True
-        return bool(self.optimizers)
+        return bool(self.passes)
 
     def to_dict(self) -> dict:
         # by hand, not dataclasses.asdict: maps of thousands of nodes are written per build;
         # the key stays "optimizers" (report.json and the maps cached in sessions)
         return {"name": self.name, "op_type": self.op_type, "domain": self.domain,
                 "inputs": list(self.inputs), "outputs": list(self.outputs),
-                "original_nodes": list(self.original_nodes), "optimizers": list(self.optimizers),
+                "original_nodes": list(self.original_nodes), "optimizers": list(self.passes),
                 "is_fused": self.is_fused}
 
     @classmethod
@@ -44,7 +44,7 @@ class FusedNode:
             inputs=list(d.get("inputs", [])),
             outputs=list(d.get("outputs", [])),
             original_nodes=list(d.get("original_nodes", [])),
-            optimizers=list(d.get("optimizers", [])),
+            passes=list(d.get("optimizers", [])),
         )
 
 

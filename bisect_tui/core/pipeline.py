@@ -38,7 +38,7 @@ from bisect_tui.core.threads import cores
 from bisect_tui.core.runner import default_max_memory, set_engine_log
 from bisect_tui.core.session import Session, default_session_dir, now_iso, stable_key
 from bisect_tui.core.tolerance import ToleranceSpec, parse_tolerance
-from bisect_tui.engines.base import EngineConfig
+from bisect_tui.api import EngineConfig
 
 
 @dataclass

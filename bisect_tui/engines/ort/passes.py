@@ -19,7 +19,7 @@ from typing import Collection, Iterable, Optional
 import numpy as np
 import onnx
 
-from bisect_tui.engines.base import EngineConfig
+from bisect_tui.api import EngineConfig
 
 # Words ORT's optimizer names end with. Both the native-library scan and the
 # node-name tag parser use them, so a name is "optimizer-like" in one place only.
@@ -280,7 +280,7 @@ def modifying_passes(model_path: Path, config: EngineConfig) -> Optional[list[st
                 os.dup2(fd, 2)
                 try:
                     ort.InferenceSession(str(base), so, providers=list(providers_of(config)),
-                                         disabled_optimizers=list(config.disabled_optimizers))
+                                         disabled_optimizers=list(config.disabled_passes))
                 except _ort_errors():
                     pass  # the log up to the failure still says what ran
             finally:
@@ -335,8 +335,8 @@ def confirm_optimizer_effect(
     result: dict[str, bool] = {}
     try:
         for name in dict.fromkeys(optimizer_names):
-            rest = tuple(sorted(set(config.disabled_optimizers) - {name}))
-            base = dataclasses.replace(config, disabled_optimizers=rest, keep_fp32=())
+            rest = tuple(sorted(set(config.disabled_passes) - {name}))
+            base = dataclasses.replace(config, disabled_passes=rest, keep_fp32=())
             result[name] = signature(base) != signature(base.with_disabled([name]))
     finally:
         if own_tmp is not None:

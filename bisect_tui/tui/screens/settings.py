@@ -246,7 +246,7 @@ class SettingsScreen(ModalScreen[Optional[TriageOptions]]):
         from bisect_tui.engines import get_engine
 
         try:
-            known = get_engine(self.options.engine).known_optimizers()
+            known = get_engine(self.options.engine).known_passes()
         except Exception:
             known = None
         self.app.call_from_thread(self._set_known, known)
@@ -291,13 +291,13 @@ class SettingsScreen(ModalScreen[Optional[TriageOptions]]):
         values = self._engine_values()
         precision = str(self.query_one("#precision", Select).value)
         disabled = tuple(values.get("disable") or ()) if any(
-            o.field == "disabled_optimizers" for o in decl.OPTIONS) else ()
+            o.field == "disabled_passes" for o in decl.OPTIONS) else ()
         if disabled:
             known = self._known
             if known is None:
                 from bisect_tui.engines import get_engine
 
-                known = get_engine(self.options.engine).known_optimizers()
+                known = get_engine(self.options.engine).known_passes()
                 self._known = known
             unknown = [n for n in disabled if n not in known]
             if unknown:
