@@ -7,7 +7,7 @@ each other."""
 from __future__ import annotations
 
 from bisect_tui.api.capabilities import LEVELS, PRECISIONS, Capabilities, Switch
-from bisect_tui.api.config import EngineConfig
+from bisect_tui.api.config import DISABLED_KEY, EngineConfig
 from bisect_tui.api.engine import BuildContext, BuiltEngine, Engine, EngineBase, Observer
 from bisect_tui.api.errors import (
     Cancelled,
@@ -21,7 +21,7 @@ from bisect_tui.api.errors import (
 from bisect_tui.api.graph import FusedNode, ReproSpec
 from bisect_tui.api.options import EngineOption
 
-__all__ = ["LEVELS", "PRECISIONS", "BuildContext", "BuiltEngine", "Cancelled", "Capabilities", "Engine",
+__all__ = ["DISABLED_KEY", "LEVELS", "PRECISIONS", "BuildContext", "BuiltEngine", "Cancelled", "Capabilities", "Engine",
            "EngineBase", "EngineBuildError", "EngineConfig", "EngineOption", "EngineRunError",
            "EnvironmentFault", "ExitCode", "FusedNode", "Observer", "ReproSpec", "Switch", "UserError",
            "did_you_mean"]

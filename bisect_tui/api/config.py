@@ -17,6 +17,8 @@ from typing import Any, Collection, Optional
 # keeps them there so report.json, session.json and every cache key derived from
 # a config stay what they were; `from_dict` folds them back into `options`.
 TOP_LEVEL_OPTIONS: dict[str, tuple[str, ...]] = {"providers": ("CPUExecutionProvider",)}
+# the JSON key of the passes to disable, in configs and workarounds alike (docs/bisect.md's contract)
+DISABLED_KEY = "disabled_optimizers"
 
 
 @dataclass(frozen=True)
@@ -63,7 +65,7 @@ class EngineConfig:
         opts = dict(self.options)
         d: dict[str, Any] = {"level": self.level, "precision": self.precision,
                              "config_entries": {k: v for k, v in self.config_entries},
-                             "disabled_optimizers": tuple(self.disabled_passes)}
+                             DISABLED_KEY: tuple(self.disabled_passes)}
         for name, unset in TOP_LEVEL_OPTIONS.items():
             raw = opts.pop(name, None)
             d[name] = tuple(json.loads(raw)) if raw is not None else unset
@@ -87,7 +89,7 @@ class EngineConfig:
             level=d.get("level", "all"),
             precision=d.get("precision", "fp32"),
             config_entries=tuple(tuple(x) for x in ce),
-            disabled_passes=tuple(d.get("disabled_optimizers") or d.get("disabled_passes") or ()),
+            disabled_passes=tuple(d.get(DISABLED_KEY) or d.get("disabled_passes") or ()),
             keep_fp32=tuple(d.get("keep_fp32") or ()),
             options=tuple(sorted(options.items())),
         )
