@@ -10,8 +10,7 @@ from __future__ import annotations
 import argparse
 from typing import Any, Sequence
 
-from bisect_tui.core.errors import UserError
-from bisect_tui.api import PRECISIONS, EngineConfig, EngineOption
+from bisect_tui.api import PRECISIONS, EngineConfig, EngineOption, UserError
 from bisect_tui.engines.registry import canonical, declaration, engine_names
 
 
