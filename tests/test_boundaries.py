@@ -135,3 +135,22 @@ def test_core_and_tui_import_no_engine_and_name_none():
     assert _modules() and len(_modules()) > 50  # the walk really read the packages
     report = "\n".join(f"{path}:{p}" for path, problems in sorted(found.items()) for p in problems)
     assert not found, f"{len(found)} module(s) of core/ or tui/ speak an engine's language:\n{report}"
+
+
+def test_the_contract_is_a_leaf():
+    """bisect_tui.api imports nothing of bisect_tui outside itself, and importing
+    it loads no third-party library (numpy is named in annotations only)."""
+    import subprocess
+    import sys
+
+    for path in sorted((ROOT / "api").glob("*.py")):
+        for line, name in _imports(ast.parse(path.read_text(encoding="utf-8")), _module_name(path)):
+            if name.split(".")[0] == "bisect_tui":
+                assert name == "bisect_tui.api" or name.startswith("bisect_tui.api."), f"{path}:{line} {name}"
+    code = "import sys, bisect_tui.api; print('\\n'.join(sys.modules))"
+    mods = set(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                              check=True).stdout.split())
+    assert "bisect_tui.api.engine" in mods  # the import really happened
+    ours = {m for m in mods if m.startswith("bisect_tui.")}
+    assert ours <= {"bisect_tui.api"} | {m for m in ours if m.startswith("bisect_tui.api.")}, ours
+    assert not mods & {"numpy", "onnx", "onnxruntime", "openvino", "textual"}
