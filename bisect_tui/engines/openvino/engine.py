@@ -39,7 +39,7 @@ import numpy as np
 from bisect_tui.api import (BuildContext, EngineBase, EngineBuildError, EngineConfig, EngineRunError, FusedNode,
                             ReproSpec, UserError, did_you_mean)
 
-from bisect_tui.engines.openvino import CAPABILITIES, OPTIONS, OV_PRECISIONS, _HINTS
+from bisect_tui.engines.openvino.declare import _HINTS, CAPABILITIES, LABEL, OPTIONS, OV_PRECISIONS
 from bisect_tui.engines.openvino.runtime_graph import (  # noqa: F401  (importable from here)
     fused_node_map,
     interior_tensors,
@@ -194,7 +194,7 @@ class OpenVinoEngine(EngineBase):
     """OpenVINO engine (see the module docstring for the facts it relies on)."""
 
     name = "openvino"
-    label = "OpenVINO"
+    label = LABEL
     library = "openvino"
     options = OPTIONS
     capabilities = CAPABILITIES

@@ -8,7 +8,7 @@ from pathlib import Path
 from bisect_tui.api import ReproSpec
 from bisect_tui.core import atomic
 from bisect_tui.core.bisect.repro_judge import with_judge
-from bisect_tui.engines.openvino import _HINTS
+from bisect_tui.engines.openvino.declare import _HINTS
 
 OV_REPRO_SCRIPT = r'''#!/usr/bin/env python3
 """Repro: an OpenVINO fusion breaks tolerance (settings and names in repro.json).

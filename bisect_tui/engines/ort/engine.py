@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import Collection, Iterable, Optional
 
 from bisect_tui.api import BuildContext, EngineBase, EngineConfig, ReproSpec, UserError, did_you_mean
-from bisect_tui.engines.ort import CAPABILITIES, CPU_PROVIDER, OPTIONS, PROVIDER_NAMES, providers_of
 from bisect_tui.engines.ort import passlog
+from bisect_tui.engines.ort.declare import CAPABILITIES, CPU_PROVIDER, LABEL, OPTIONS, PROVIDER_NAMES, providers_of
 from bisect_tui.engines.ort.fusedmap import fused_node_map  # noqa: F401  (importable from the package)
 from bisect_tui.engines.ort.levels import LEVEL_NAMES
 from bisect_tui.engines.ort.passes import (  # noqa: F401
@@ -50,7 +50,7 @@ class OrtEngine(EngineBase):
     """ONNX Runtime engine (see module docstring for the facts it relies on)."""
 
     name = "ort"
-    label = "ONNX Runtime"
+    label = LABEL
     library = "onnxruntime"
     options = OPTIONS
     capabilities = CAPABILITIES

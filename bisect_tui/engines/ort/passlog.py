@@ -15,7 +15,7 @@ from typing import Callable, Iterable, Optional
 import onnx
 
 from bisect_tui.api import EngineConfig
-from bisect_tui.engines.ort import providers_of
+from bisect_tui.engines.ort.declare import providers_of
 from bisect_tui.engines.ort.levels import graph_level
 from bisect_tui.engines.ort.session import fp16_model_path, ort_errors
 

@@ -37,18 +37,20 @@ from bisect_tui.core.onnx_files import (
     uses_external_data_file as _uses_external_data_file,
 )
 from bisect_tui.core.onnx_files import save_model as _save_any
-from bisect_tui.engines.ort import ORT_PRECISIONS, providers_of
+from bisect_tui.engines.ort.declare import ORT_PRECISIONS, providers_of
 from bisect_tui.engines.ort.fusedmap import fused_node_map
 from bisect_tui.engines.ort.levels import graph_level
 from bisect_tui.engines.ort.passes import known_optimizers
 
 
-def _threshold() -> int:
-    """Model size above which weights go to an external file; read from the
-    package (`bisect_tui.engines.ort._EXTERNAL_DATA_THRESHOLD`) so a test can lower it."""
-    import bisect_tui.engines.ort as pkg
+# A protobuf message cannot be serialized above 2 GiB; stay well below it.
+EXTERNAL_DATA_THRESHOLD = 1_800_000_000
 
-    return pkg._EXTERNAL_DATA_THRESHOLD
+
+def _threshold() -> int:
+    """Model size above which weights go to an external file (a module global,
+    read at each save, so a test can lower it)."""
+    return EXTERNAL_DATA_THRESHOLD
 
 
 def _save_model(model: onnx.ModelProto, path: Path) -> None:
