@@ -16,7 +16,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from bisect_tui.core.errors import UserError
-from bisect_tui.engines import get_engine
+from bisect_tui.engines.registry import get_engine
 import bisect_tui.engines.ort.session as ort_session
 from bisect_tui.api import EngineConfig, FusedNode
 from bisect_tui.engines.ort import (

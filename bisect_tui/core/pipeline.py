@@ -186,7 +186,7 @@ class Triage:
     @property
     def engine(self):
         if self._engine is None:
-            from bisect_tui.engines import get_engine
+            from bisect_tui.engines.registry import get_engine
 
             self._engine = get_engine(self.opts.engine)
         if getattr(self._engine, "progress", False) is None:

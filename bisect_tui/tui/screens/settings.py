@@ -243,7 +243,7 @@ class SettingsScreen(ModalScreen[Optional[TriageOptions]]):
 
     @work(thread=True, exclusive=True, group="known-optimizers", exit_on_error=False)
     def _load_known(self) -> None:
-        from bisect_tui.engines import get_engine
+        from bisect_tui.engines.registry import get_engine
 
         try:
             known = get_engine(self.options.engine).known_passes()
@@ -295,7 +295,7 @@ class SettingsScreen(ModalScreen[Optional[TriageOptions]]):
         if disabled:
             known = self._known
             if known is None:
-                from bisect_tui.engines import get_engine
+                from bisect_tui.engines.registry import get_engine
 
                 known = get_engine(self.options.engine).known_passes()
                 self._known = known
@@ -319,7 +319,7 @@ class SettingsScreen(ModalScreen[Optional[TriageOptions]]):
         # replace, not rebuild: settings the form does not show (keep-fp32 nodes, providers) stay
         config = dataclasses.replace(self.options.config, precision=precision,
                                      options=tuple(sorted({**kept, **engine_options}.items())), **fields)
-        from bisect_tui.engines import get_engine
+        from bisect_tui.engines.registry import get_engine
 
         get_engine(self.options.engine).validate(config)  # what the installed engine would ignore
         shapes = parse_shapes(split_items(self.query_one("#shapes", Input).value))
