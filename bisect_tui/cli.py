@@ -359,8 +359,9 @@ def _shown(p: Path) -> str:
 
 def cmd_resume(args: argparse.Namespace) -> int:
     from bisect_tui.core.resume import options_from_session
+    from bisect_tui.engines.registry import get_engine
 
-    opts = options_from_session(args.session)
+    opts = options_from_session(args.session, get_engine)
     if args.headless:
         from bisect_tui.core.bisect.command import run_bisect_command
 

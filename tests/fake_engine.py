@@ -20,7 +20,7 @@ import onnx
 
 from bisect_tui.core.graph import GraphIndex, mark_outputs
 from bisect_tui.core.runner import make_session
-from bisect_tui.api import Capabilities, EngineConfig, FusedNode, ReproSpec
+from bisect_tui.api import BuildContext, Capabilities, EngineBase, EngineConfig, FusedNode, ReproSpec
 
 
 class FakeBuilt:
@@ -72,7 +72,7 @@ class FakeBuilt:
         self._session = None
 
 
-class FakeEngine:
+class FakeEngine(EngineBase):
     name = "fake"
     label = "fake engine"
     library = "numpy"
@@ -90,21 +90,15 @@ class FakeEngine:
         self.release = threading.Event()
 
     def build(self, model_path: Path, config: EngineConfig, marked: Collection[str] = (),
-              workdir: Optional[Path] = None) -> FakeBuilt:
+              workdir: Optional[Path] = None, *, context: Optional[BuildContext] = None) -> FakeBuilt:
         self.builds += 1
         if self.hold_at is not None and self.builds == self.hold_at:
             self.reached.set()  # the test now knows the search is at this build
             self.release.wait(timeout=60)
         return FakeBuilt(self, Path(model_path), config, list(marked), workdir)
 
-    def validate(self, config: EngineConfig) -> None:
-        pass
-
     def describe(self, config: EngineConfig) -> list[tuple[str, str]]:
         return [("engine", "fake")]
-
-    def observer(self, model_path, config, optimized_path):
-        return None
 
     def workaround_text(self, workaround) -> str:
         if workaround.get("kind") == "mark_outputs":
@@ -115,12 +109,6 @@ class FakeEngine:
         path = Path(dest) / "repro.json"
         path.write_text(json.dumps({"outputs": spec.outputs}))
         return [path]
-
-    def known_passes(self) -> set[str]:
-        return set()
-
-    def unknown_passes(self, names) -> list[str]:
-        return list(names)
 
     def versions(self) -> dict[str, str]:
         return {"fake": "1"}

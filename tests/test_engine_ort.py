@@ -17,7 +17,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from bisect_tui.core.errors import UserError
 from bisect_tui.engines.registry import get_engine
-from bisect_tui.engines import ort as ort_engine
+import bisect_tui.engines.ort.session as ort_session
 from bisect_tui.api import EngineConfig, FusedNode
 from bisect_tui.engines.ort import (
     OrtEngine,
@@ -365,7 +365,7 @@ def test_fp16_relu_still_covers_the_original_relu(tmp_path, feeds):
 
 def test_large_model_path_uses_external_data(block, tmp_path, feeds, monkeypatch):
     # pretend every model is "over 2 GB" to exercise the external-data path for real
-    monkeypatch.setattr(ort_engine, "_EXTERNAL_DATA_THRESHOLD", 0)
+    monkeypatch.setattr(ort_session, "EXTERNAL_DATA_THRESHOLD", 0)
     built = build(block, tmp_path, marked=["g_out"], level="all")
     names = {p.name for p in tmp_path.iterdir()}
     assert any(n.startswith("build_") and n.endswith(".onnx.data") for n in names)
@@ -424,7 +424,7 @@ def test_bad_level_precision_provider_are_user_errors(block, tmp_path):
     with pytest.raises(UserError, match="precision"):
         build(block, tmp_path, precision="int4")
     with pytest.raises(UserError, match="NoSuchExecutionProvider"):
-        build(block, tmp_path, providers=("NoSuchExecutionProvider",))
+        build(block, tmp_path, options=(("providers", '["NoSuchExecutionProvider"]'),))
 
 
 # --------------------------------------------------------------------------- execution providers

@@ -44,7 +44,7 @@ def engine_argv(engine: str, c) -> list[str]:
                 except ValueError:
                     value = [value]
             for n in value or ():
-                if opt.field == "providers" and n == "CPUExecutionProvider":
+                if opt.field == "options.providers" and n == "CPUExecutionProvider":
                     continue  # the fallback every provider list ends with
                 out += [opt.flag, str(n)]
         elif value not in (None, "", opt.default):

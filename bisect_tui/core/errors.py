@@ -1,59 +1,18 @@
 """User-facing errors and the exit codes the CLI documents.
 
-A `UserError` carries one line that is printed as-is (no traceback) and the
-exit code it maps to. Everything that is the user's input being wrong raises it;
-anything else is a bug and keeps its traceback.
+They are defined in the contract (`bisect_tui.api.errors`), which engines
+import; the rest of the program keeps importing them from here.
 """
 
 from __future__ import annotations
 
-import enum
+from bisect_tui.api.errors import (  # noqa: F401
+    Cancelled,
+    EngineBuildError,
+    EngineRunError,
+    EnvironmentFault,
+    ExitCode,
+    UserError,
+)
 
-
-class ExitCode(enum.IntEnum):
-    OK = 0  # within tolerance / nothing to find
-    TOLERANCE = 1  # tolerance broken (check) or culprits found (bisect)
-    USAGE = 2  # usage error or bad input
-    NONDETERMINISTIC = 3  # baseline differs between two runs
-    NAN_INF = 4  # NaN/Inf in the baseline
-    ENVIRONMENT = 5  # the machine failed us: disk full, file too large, permission denied
-    INTERNAL = 70  # a bug in bisect-tui (traceback in the session's log), never a verdict
-    CANCELLED = 130  # interrupted by the user; the session directory can be resumed
-
-
-class UserError(Exception):
-    """A problem with what the user gave us, reported as one line."""
-
-    def __init__(self, message: str, code: ExitCode = ExitCode.USAGE):
-        super().__init__(message)
-        self.code = code
-
-
-class EnvironmentFault(UserError):
-    """The machine, not the model, stopped the work (ENOSPC, EFBIG, EACCES...)."""
-
-    def __init__(self, message: str):
-        super().__init__(message, ExitCode.ENVIRONMENT)
-
-
-class EngineBuildError(UserError):
-    """The engine under test refused to build a model the baseline runs.
-
-    Raised by engines (never made up elsewhere): with the baseline running,
-    such an error is the finding a bisection starts from, not bad input."""
-
-    kind = "build_error"
-
-    def __init__(self, message: str, engine_message: str = ""):
-        super().__init__(message)
-        self.engine_message = engine_message or message
-
-
-class EngineRunError(EngineBuildError):
-    """The engine built but failed while running on the baseline's inputs."""
-
-    kind = "run_error"
-
-
-class Cancelled(Exception):
-    """Raised inside core work when its cancel token is set."""
+__all__ = ["Cancelled", "EngineBuildError", "EngineRunError", "EnvironmentFault", "ExitCode", "UserError"]

@@ -1,13 +1,21 @@
-"""Reopening a session directory: the options it was made with are in session.json."""
+"""Reopening a session directory: the options it was made with are in session.json.
+
+A hand-edited or foreign session.json is checked the way `check` checks its
+command line: the engine named must exist and declare the level and precision
+(`Capabilities`). The caller hands in the engine resolver (the registry's
+`get_engine`): the core does not choose engines."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Callable, Optional
 
 from bisect_tui.core.errors import UserError
 
 
-def options_from_session(root: Path):
+def options_from_session(root: Path, resolve: Optional[Callable] = None):
+    """The options of the session at `root`. `resolve(name)` -> the engine;
+    without it the engine's own checks wait for the first build."""
     from bisect_tui.core.pipeline import TriageOptions
     from bisect_tui.core.session import Session
 
@@ -30,7 +38,7 @@ def options_from_session(root: Path):
         raise UserError(f"{session.meta_path} holds options bisect-tui cannot read "
                         f"({type(exc).__name__}: {str(exc).splitlines()[0][:120] if str(exc) else ''}); "
                         "start the triage again with `check`") from None
-    problem = _options_problem(opts)
+    problem = _options_problem(opts, resolve)
     if problem:
         raise UserError(f"{session.meta_path} holds invalid options ({problem}); start the triage again with `check`")
     if not Path(opts.model).exists():
@@ -44,19 +52,15 @@ def options_from_session(root: Path):
     return opts
 
 
-def _options_problem(opts) -> str | None:
+def _options_problem(opts, resolve: Optional[Callable] = None) -> str | None:
     """What `check` would have refused on its command line, found in a hand-edited session.json."""
-    from bisect_tui.api import LEVELS
-
     c = opts.config
-    if c.level not in LEVELS:
-        return f"level {c.level!r} is not one of {', '.join(LEVELS)}"
-    if c.precision not in ("fp32", "fp16"):
-        return f"precision {c.precision!r} is not fp32 or fp16"
+    if not isinstance(c.level, str) or not isinstance(c.precision, str):
+        return "level and precision must be names"
     if not all(isinstance(k, str) and isinstance(v, str) for k, v in c.config_entries):
         return "config entries must be strings"
     if not all(isinstance(n, str) for n in c.disabled_passes):
-        return "disabled optimizers must be names"
+        return "disabled passes must be names"
     if not 1 <= opts.samples <= 10_000:
         return f"samples {opts.samples} is out of range"
     if opts.seed < 0:
@@ -65,12 +69,14 @@ def _options_problem(opts) -> str | None:
         return f"topk {opts.topk!r} must be an integer >= 1"
     if not isinstance(opts.engine, str):
         return f"engine {opts.engine!r} is not a name"
-    from bisect_tui.engines.registry import get_engine
-
-    try:
-        get_engine(opts.engine)
-    except UserError as exc:
-        return str(exc)
+    if resolve is not None:
+        try:
+            engine = resolve(opts.engine)
+        except UserError as exc:
+            return str(exc)
+        problem = engine.capabilities.problem(c.level, c.precision)
+        if problem:
+            return f"{problem} for {engine.label or opts.engine}"
     if opts.max_memory < 0:
         return f"max_memory {opts.max_memory} is negative"
     for name, dims in opts.shapes.items():

@@ -1,4 +1,4 @@
-"""Engines behind one small interface (see `base.py`), listed in `registry.py`.
+"""Engines behind one contract (`bisect_tui.api`), listed in `registry.py`.
 
 Each engine module imports its heavy library lazily, inside functions."""
 

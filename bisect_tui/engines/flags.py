@@ -8,11 +8,9 @@ Only the declarations are imported here (no engine library)."""
 from __future__ import annotations
 
 import argparse
-import json
 from typing import Any, Sequence
 
-from bisect_tui.core.errors import UserError
-from bisect_tui.api import PRECISIONS, EngineConfig, EngineOption
+from bisect_tui.api import PRECISIONS, EngineConfig, EngineOption, UserError
 from bisect_tui.engines.registry import canonical, declaration, engine_names
 
 
@@ -86,14 +84,11 @@ def option_fields(decl, values: dict[str, Any]) -> tuple[dict[str, Any], dict[st
             value = _kv_list(value or [], opt.flag)
         elif opt.kind == "list":
             value = tuple(dict.fromkeys(value or []))
-        if opt.field.startswith("options."):
+        if opt.normalized and _given(opt, value):
+            value = decl.load().normalize_option(opt, value)
+        if opt.option_key is not None:
             if _given(opt, value):
-                options[opt.field[len("options."):]] = (json.dumps(sorted(set(value))) if opt.kind == "list"
-                                                        else str(value))
-            continue
-        if opt.field == "providers":
-            if value:
-                fields["providers"] = decl.load().providers_for(value)
+                options[opt.option_key] = opt.encode(value)
             continue
         if value is not None:
             fields[opt.field] = value

@@ -1,14 +1,19 @@
-"""Which engines exist: one line each. A new engine is one new module (or
-package) plus a line here; nothing in core/ or the CLI names engines.
+"""Which engines exist: one line each. A new engine is one new package plus a
+line here (or, for an engine that lives elsewhere, an entry in the
+`BISECT_TUI_ENGINES` environment variable); nothing in core/, the app or the
+CLI names engines.
 
 An engine module declares `LABEL`, `OPTIONS` and `CAPABILITIES` without
 importing its library (so `--help` and the settings form stay fast) and
-`load()` returns the engine object."""
+`load()` returns the engine object (an `api.EngineBase`)."""
 
 from __future__ import annotations
 
 import importlib
+import os
 from types import ModuleType
+
+from bisect_tui.api import UserError, did_you_mean
 
 # registry key -> module
 ENGINES: dict[str, str] = {
@@ -17,6 +22,22 @@ ENGINES: dict[str, str] = {
     "tensorrt": "bisect_tui.engines.tensorrt",
 }
 ALIASES: dict[str, str] = {"onnxruntime": "ort", "ov": "openvino"}
+# engines outside this package: "name=module[,name=module]" (the module importable
+# on sys.path, declaring what the modules above declare); a built-in name is not replaced
+PLUGINS_VARIABLE = "BISECT_TUI_ENGINES"
+
+
+def _plugins() -> dict[str, str]:
+    out: dict[str, str] = {}
+    for item in os.environ.get(PLUGINS_VARIABLE, "").split(","):
+        name, _, module = item.strip().partition("=")
+        if name.strip() and module.strip() and name.strip() not in ENGINES:
+            out[name.strip()] = module.strip()
+    return out
+
+
+def _all() -> dict[str, str]:
+    return {**ENGINES, **_plugins()}
 
 
 def canonical(name: str) -> str:
@@ -25,16 +46,16 @@ def canonical(name: str) -> str:
 
 def declaration(name: str) -> ModuleType:
     """The engine's module: `LABEL`, `OPTIONS`, `CAPABILITIES`, `load()`; cheap to import."""
-    from bisect_tui.core.errors import UserError
-
+    engines = _all()
     key = canonical(name)
-    target = ENGINES.get(key)
+    target = engines.get(key)
     if target is None:
-        from bisect_tui.api import did_you_mean
-
-        raise UserError(f"unknown engine {name!r}; available: {', '.join(ENGINES)}"
-                        + did_you_mean(name, list(ENGINES) + list(ALIASES)))
-    return importlib.import_module(target)
+        raise UserError(f"unknown engine {name!r}; available: {', '.join(engines)}"
+                        + did_you_mean(name, list(engines) + list(ALIASES)))
+    try:
+        return importlib.import_module(target)
+    except ImportError as exc:
+        raise UserError(f"engine {key!r} ({target}) cannot be imported: {exc}") from None
 
 
 def get_engine(name: str):
@@ -42,4 +63,4 @@ def get_engine(name: str):
 
 
 def engine_names() -> list[str]:
-    return list(ENGINES)
+    return list(_all())

@@ -1,32 +1,28 @@
-"""Which optimizer made the culprit, and which optimizers to disable to pass.
+"""Which pass made the culprit, and which passes to disable to pass.
 
-Node-name tags say which fusions ORT applied, but tags are not always the
-names ORT accepts for disabling (the tag `LayerNormFusion` is disabled as
-`LayerNormFusionL1` on 1.32), names changed between releases, and unknown
-names are ignored silently. So every candidate is *confirmed* by rebuilding
-with it disabled and checking that the culprit fused node is gone, and a
-workaround is only proven by rebuilding the full engine and judging it.
+The tags an engine writes on a fused node say which passes it applied, but
+tags are not always the names the engine accepts for disabling, names change
+between releases, and an engine may ignore unknown names silently. So every
+candidate is *confirmed* by rebuilding with it disabled and checking that the
+culprit fused node is gone, and a workaround is only proven by rebuilding the
+full engine and judging it. The engine turns tags into names
+(`pass_candidates`) and may read its own log of the passes that ran
+(`modifying_passes`).
 """
 
 from __future__ import annotations
 
-import re
 from typing import Optional
 
+from bisect_tui.api import DISABLED_KEY
 from bisect_tui.core.bisect.units import Unit
 
 
-
-def candidate_optimizers(units: list[Unit], known: set[str]) -> list[str]:
+def candidate_passes(engine, units: list[Unit], known: set[str]) -> list[str]:
     """Names worth confirming first for a culprit: its node-name tags, mapped
-    onto the names the installed engine accepts. Untagged culprits get none
-    here: group testing over every name the engine knows finds their pass."""
-    out: list[str] = []
-    for u in units:
-        for tag in u.optimizers:
-            matches = sorted(k for k in known if k == tag or (k.startswith(tag) and re.fullmatch(r"L\d", k[len(tag):])))
-            out.extend(matches or [tag])
-    return list(dict.fromkeys(out))[:8]
+    by the engine onto the names it accepts. Untagged culprits get none here:
+    group testing over every name the engine knows finds their pass."""
+    return engine.pass_candidates([t for u in units for t in u.optimizers], known)[:8]
 
 
 def _culprit_present(fused, units: list[Unit]) -> Optional[str]:
@@ -101,17 +97,14 @@ def group_test(engine, subgraph, cfg, units: list[Unit], names: list[str], cance
         out["found"] = cands[0]
     out["builds"] = builds
     # cross-check with what the engine itself logs about the passes that changed the subgraph
-    log_fn = getattr(engine, "modifying_passes", None)
-    if log_fn is not None:
-        logged = log_fn(subgraph, cfg)
+    logged = engine.modifying_passes(subgraph, cfg)
+    if logged is not None:
         out["engine_log_modified"] = logged
-        if logged is not None and out["found"]:
+        if out["found"]:
             out["engine_log_agrees"] = out["found"] in logged
-            if not out["engine_log_agrees"] and any(n.endswith("RuleBasedTransformer") for n in logged):
-                # rewrite rules are logged under their container only
-                out["engine_log_note"] = ("not listed by name; a rewrite rule runs inside "
-                                          + ", ".join(n for n in logged if n.endswith("RuleBasedTransformer"))
-                                          + ", which the log lists")
+            note = None if out["engine_log_agrees"] else engine.pass_log_note(out["found"], logged)
+            if note:
+                out["engine_log_note"] = note
     return out
 
 
@@ -131,8 +124,7 @@ def _fused_map(bisector, cfg):
 
 
 def _no_switches(engine) -> bool:
-    caps = getattr(engine, "capabilities", None)
-    return caps is not None and not caps.pass_switches
+    return not engine.capabilities.pass_switches
 
 
 def first_guesses(engine, config, units: list[Unit], subgraph=None, cancel=None) -> tuple[list[str], Optional[dict]]:
@@ -142,7 +134,7 @@ def first_guesses(engine, config, units: list[Unit], subgraph=None, cancel=None)
     if _no_switches(engine):
         return [], None
     known = engine.known_passes()
-    cands = candidate_optimizers(units, known)
+    cands = candidate_passes(engine, units, known)
     if cands or subgraph is None:
         return cands, None
     names = sorted(set(known) - set(config.disabled_passes))
@@ -151,7 +143,7 @@ def first_guesses(engine, config, units: list[Unit], subgraph=None, cancel=None)
 
 
 def attribute(bisector, units: list[Unit], subgraph=None, grouped: Optional[dict] = None) -> dict:
-    """Confirm the candidate optimizers of one culprit by rebuilding without each;
+    """Confirm the candidate passes of one culprit by rebuilding without each;
     when no tag confirms, find the pass by group testing on the culprit's
     extracted subgraph, then confirm that one on the full engine.
 
@@ -161,9 +153,9 @@ def attribute(bisector, units: list[Unit], subgraph=None, grouped: Optional[dict
     if _no_switches(engine):
         return {"tags": sorted({t for u in units for t in u.optimizers}), "candidates": [], "confirmed": [],
                 "group_test": None,
-                "how": f"not attributed to a pass: {getattr(engine, 'label', engine.name)} has no pass switches"}
+                "how": f"not attributed to a pass: {engine.label or engine.name} has no pass switches"}
     known = engine.known_passes()
-    cands = candidate_optimizers(units, known)
+    cands = candidate_passes(engine, units, known)
     confirmed, rows = _confirm(bisector, units, cands, known)
     if not confirmed and subgraph is not None:
         if grouped is None:
@@ -203,13 +195,13 @@ def _confirm(bisector, units: list[Unit], cands: list[str], known) -> tuple[list
 
 
 def find_workaround(bisector, culprits: list[list[Unit]], attributions: list[dict]) -> dict:
-    """Smallest set of disabled optimizers with which the full engine passes."""
+    """Smallest set of disabled passes with which the full engine passes."""
     tried = []
 
     def test(names: list[str]):
         cfg = bisector.config.with_disabled(names)
         step = bisector.evaluate("workaround", None, cfg)
-        tried.append({"disabled_optimizers": sorted(names), "passed": step.passed,
+        tried.append({DISABLED_KEY: sorted(names), "passed": step.passed,
                       "ratio": step.ratio, "max_abs": step.max_abs,
                       "fused_nodes": step.fused_in_build, "summary": step.summary})
         return step
@@ -231,11 +223,11 @@ def find_workaround(bisector, culprits: list[list[Unit]], attributions: list[dic
             passing.append((names, None))
     if passing:
         best_names, _ = max(passing, key=lambda p: (-len(p[0]), (p[1].fused_in_build or 0) if p[1] else 0))
-        best = next(t for t in tried if t["disabled_optimizers"] == sorted(best_names) and t["passed"])
-        found = {"kind": "disable_optimizers", "disabled_optimizers": sorted(best_names),
+        best = next(t for t in tried if t[DISABLED_KEY] == sorted(best_names) and t["passed"])
+        found = {"kind": "disable_optimizers", DISABLED_KEY: sorted(best_names),
                  "full_engine": best, "tried": tried}
         return {**found, "how": bisector.engine.workaround_text(found)}
-    # No optimizer switch helps: keep the culprits unfused by marking one interior tensor each.
+    # No pass switch helps: keep the culprits unfused by marking one interior tensor each.
     interior = [u.interior[0] for c in culprits for u in c if u.interior]
     if interior:
         step = bisector.evaluate("workaround", None, marks=interior)
@@ -243,11 +235,11 @@ def find_workaround(bisector, culprits: list[list[Unit]], attributions: list[dic
                  "max_abs": step.max_abs, "summary": step.summary}
         tried.append(entry)
         if step.passed:
-            found = {"kind": "mark_outputs", "disabled_optimizers": [], "marked_tensors": interior,
+            found = {"kind": "mark_outputs", DISABLED_KEY: [], "marked_tensors": interior,
                      "full_engine": entry, "tried": tried}
             return {**found, "how": bisector.engine.workaround_text(found)}
-    none = {"kind": None, "disabled_optimizers": [], "full_engine": None, "tried": tried}
+    none = {"kind": None, DISABLED_KEY: [], "full_engine": None, "tried": tried}
     return {**none, "how": bisector.engine.workaround_text(none)}
 
 
-__all__ = ["attribute", "candidate_optimizers", "find_workaround", "first_guesses", "group_test"]
+__all__ = ["attribute", "candidate_passes", "find_workaround", "first_guesses", "group_test"]

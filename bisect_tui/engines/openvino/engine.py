@@ -36,17 +36,16 @@ from typing import Collection, Iterable, Optional, Sequence
 
 import numpy as np
 
-from bisect_tui.core.bisect.repro_judge import with_judge
-from bisect_tui.core.errors import EngineBuildError, EngineRunError, UserError
-from bisect_tui.api import EngineConfig, FusedNode, ReproSpec, did_you_mean
+from bisect_tui.api import (BuildContext, EngineBase, EngineBuildError, EngineConfig, EngineRunError, FusedNode,
+                            ReproSpec, UserError, did_you_mean)
 
-from bisect_tui.engines.openvino import CAPABILITIES, OPTIONS, OV_PRECISIONS, _HINTS  # noqa: E402
-
-_FROM_TYPE = {"f32": "fp32", "float32": "fp32", "bf16": "bf16", "bfloat16": "bf16", "f16": "fp16",
-              "float16": "fp16"}
-# runtime-graph layers that are plumbing, never a fused computation
-_PLUMBING = frozenset({"Input", "Parameter", "Const", "Output", "Result", "Reorder"})
-
+from bisect_tui.engines.openvino.declare import _HINTS, CAPABILITIES, LABEL, OPTIONS, OV_PRECISIONS
+from bisect_tui.engines.openvino.runtime_graph import (  # noqa: F401  (importable from here)
+    fused_node_map,
+    interior_tensors,
+    precision_name,
+    runtime_layers,
+)
 
 def _core():
     import openvino as ov
@@ -77,170 +76,6 @@ def marked_option(config: EngineConfig) -> list[str]:
     except ValueError:
         return [raw]
     return [str(v) for v in value] if isinstance(value, list) else [str(value)]
-
-
-def precision_name(value) -> str:
-    """OpenVINO's element type (Type, or its text) in the project's words."""
-    text = getattr(value, "get_type_name", lambda: str(value))()
-    text = str(text).strip().strip("<>").replace("Type:", "").strip().strip("'")
-    return _FROM_TYPE.get(text, text)
-
-
-# --------------------------------------------------------------------------- runtime graph
-
-
-def runtime_layers(compiled) -> list[dict]:
-    """The executed graph as plain records: name, layer type, original names,
-    producer layers, runtime precision. JSON-able (kept next to each build)."""
-    ops = compiled.get_runtime_model().get_ordered_ops()
-    rows = []
-    for op in ops:
-        info = op.get_rt_info()
-
-        def get(key: str) -> str:
-            try:
-                return str(info[key].astype(str))
-            except Exception:
-                return ""
-
-        names = [n.strip() for n in get("originalLayersNames").split(",") if n.strip()]
-        rows.append({
-            "name": op.get_friendly_name(),
-            "type": get("layerType"),
-            "original": names,
-            "inputs": [i.get_source_output().get_node().get_friendly_name() for i in op.inputs()],
-            "precision": get("runtimePrecision"),
-        })
-    return rows
-
-
-def fused_node_map(original, layers: list[dict], allow_shared: bool = False) -> list[FusedNode]:
-    """Map each runtime layer to the original ONNX nodes it computes.
-
-    Three sources, because `originalLayersNames` alone is incomplete:
-
-    1. the names list (a node name, or a graph-output tensor name standing for
-       its producer);
-    2. tensors and topology: a layer computes everything between the tensors
-       its producer layers hand it and the outputs of its named nodes, so the
-       original graph is walked back from those outputs to that boundary (a
-       normalization collapsed into one MVN names only its last node, but
-       takes the normalization's input);
-    3. for nodes still unowned, walking the original graph backwards: a node
-       whose every consumer belongs to one layer is part of that layer.
-
-    Nodes computed from constants only were folded at load and belong to no
-    layer. With `allow_shared` a node may belong to several layers (a marked
-    build can compute a node twice: once for the extra output, once inside a
-    fusion), which is what `fusions_across` needs."""
-    from bisect_tui.core.graph import GraphIndex
-
-    idx = GraphIndex.build(original)
-    by_name = idx.by_name
-    constant = _folded_nodes(idx)
-    graph_ins = set(idx.graph_inputs)
-    graph_outs = set(idx.graph_outputs)
-    owner: dict[str, int] = {}
-    covered: list[list[str]] = []
-    kept: list[dict] = []
-    hands: dict[str, list[str]] = {}  # layer name -> original tensors it hands on
-    for layer in layers:
-        fed: list[str] = []
-        for src in layer["inputs"]:
-            for t in hands.get(src, []):
-                if t not in fed:
-                    fed.append(t)
-        if layer["type"] in ("Input", "Parameter"):
-            hands[layer["name"]] = [t for t in [layer["name"], *layer["original"]] if t in graph_ins][:1]
-            continue
-        if layer["type"] in _PLUMBING:
-            hands[layer["name"]] = fed  # a reorder hands on what it was given
-            continue
-        named: list[str] = []
-        for nm in layer["original"]:
-            node = nm if nm in by_name else idx.producer.get(nm)
-            if node and node not in named and node not in constant:
-                named.append(node)
-        if not named:
-            hands[layer["name"]] = fed
-            continue
-        stop = set(fed) | idx.initializers | graph_ins
-        nodes = list(named)
-        todo = [t for n in named for t in by_name[n].input if t]
-        while todo:
-            t = todo.pop()
-            if t in stop:
-                continue
-            stop.add(t)
-            prod = idx.producer.get(t)
-            if prod is None or prod in nodes or prod in constant:
-                continue
-            if not allow_shared and prod in owner:
-                continue
-            nodes.append(prod)
-            todo.extend(i for i in by_name[prod].input if i)
-        if not allow_shared:
-            nodes = [n for n in nodes if n not in owner]
-        k = len(kept)
-        kept.append(layer)
-        covered.append(nodes)
-        for n in nodes:
-            owner.setdefault(n, k)
-        inside = set(nodes)
-        hands[layer["name"]] = [t for n in nodes for t in by_name[n].output if t and (
-            t in graph_outs or any(c not in inside for c in idx.consumers.get(t, [])))]
-    for node in reversed(idx.nodes):
-        name = node.name
-        if name in owner or name in constant:
-            continue
-        if any(o in graph_outs for o in node.output if o):
-            continue
-        homes = {owner.get(c) for o in node.output if o for c in idx.consumers.get(o, [])}
-        if len(homes) == 1 and None not in homes:
-            k = homes.pop()
-            owner[name] = k
-            covered[k].append(name)
-    out: list[FusedNode] = []
-    for layer, nodes in zip(kept, covered):
-        if not nodes:
-            continue
-        nodes = sorted(set(nodes), key=lambda n: idx.order.get(n, 0))
-        inside = set(nodes)
-        produced = [t for n in nodes for t in by_name[n].output if t]
-        outs = [t for t in produced if t in graph_outs or any(c not in inside for c in idx.consumers.get(t, []))]
-        ins: list[str] = []
-        for n in nodes:
-            for i in by_name[n].input:
-                if i and i not in produced and i not in ins:
-                    ins.append(i)
-        out.append(FusedNode(name=layer["name"], op_type=layer["type"], domain="openvino",
-                             inputs=ins, outputs=outs or produced[-1:], original_nodes=nodes))
-    return out
-
-
-def _folded_nodes(idx) -> set[str]:
-    """Original nodes computed from constants only (OpenVINO folds them at load)."""
-    const = set(idx.initializers)
-    folded: set[str] = set()
-    for node in idx.nodes:
-        ins = [i for i in node.input if i]
-        if node.op_type == "Constant" or (ins and all(i in const for i in ins)):
-            folded.add(node.name)
-            const.update(o for o in node.output if o)
-    return folded
-
-
-def interior_tensors(fn: FusedNode, original) -> set[str]:
-    """Tensors a fused layer computes and consumes inside itself."""
-    from bisect_tui.core.graph import GraphIndex
-
-    idx = GraphIndex.build(original)
-    inside = set(fn.original_nodes)
-    return {t for n in fn.original_nodes for t in idx.by_name[n].output
-            if t and all(c in inside for c in idx.consumers.get(t, [])) and t not in idx.graph_outputs}
-
-
-# --------------------------------------------------------------------------- built
 
 
 class OvBuilt:
@@ -355,11 +190,11 @@ class OvObserver:
 # --------------------------------------------------------------------------- engine
 
 
-class OpenVinoEngine:
+class OpenVinoEngine(EngineBase):
     """OpenVINO engine (see the module docstring for the facts it relies on)."""
 
     name = "openvino"
-    label = "OpenVINO"
+    label = LABEL
     library = "openvino"
     options = OPTIONS
     capabilities = CAPABILITIES
@@ -378,9 +213,10 @@ class OpenVinoEngine:
             if value:
                 raise UserError(f"{what}: OpenVINO release builds have no per-pass or per-node switch; "
                                 "use --ov-mark or --precision instead")
-        providers = [p for p in config.providers if p != "CPUExecutionProvider"]
-        if providers:
-            raise UserError("--ort-provider is an ONNX Runtime option; OpenVINO uses --ov-device")
+        foreign = sorted(set(dict(config.options)) - {o.option_key for o in OPTIONS})
+        if foreign:
+            raise UserError(f"option {foreign[0]!r} is not one of OpenVINO's; OpenVINO uses "
+                            + ", ".join(o.flag for o in OPTIONS))
         try:
             core = _core()
         except Exception as e:  # not installed, or a broken install
@@ -413,7 +249,7 @@ class OpenVinoEngine:
                 **{k: v for k, v in config.config_entries}}
 
     def build(self, model_path: Path, config: EngineConfig, marked: Collection[str] = (),
-              workdir: Optional[Path] = None) -> OvBuilt:
+              workdir: Optional[Path] = None, *, context: Optional[BuildContext] = None) -> OvBuilt:
         """Compile `model_path` with `marked` tensors (and the `mark` option) added as outputs."""
         model_path = Path(model_path)
         self.validate(config)
@@ -523,26 +359,10 @@ class OpenVinoEngine:
                 "marking did not block it); rewrite the graph to break the pattern, or report it upstream")
 
     def write_repro(self, dest: Path, spec: ReproSpec) -> list[Path]:
-        """repro.py (constant text, below) + repro.json (every name and setting, as data)."""
-        from bisect_tui.core import atomic
+        """repro.py (constant text) + repro.json (every name and setting, as data)."""
+        from bisect_tui.engines.openvino.repro import write_repro
 
-        dest = Path(dest)
-        data = {
-            "engine": "openvino",
-            "model": spec.model_file,
-            "inputs": spec.inputs_file,
-            "expected": spec.reference.get("file"),
-            "reference": spec.reference.get("name"),
-            "outputs": list(spec.outputs),
-            "device": spec.config.get("options", {}).get("device", "CPU"),
-            "precision_hint": _HINTS.get(spec.config.get("precision", "fp32"), "f32"),
-            "properties": dict(spec.config.get("config_entries") or {}),
-            "tolerance": spec.tolerance,
-            "workaround_marks": list((spec.workaround or {}).get("marked_tensors") or []),
-        }
-        atomic.write_json(dest / "repro.json", data)
-        atomic.write_text(dest / "repro.py", OV_REPRO_SCRIPT)
-        return [dest / "repro.py", dest / "repro.json"]
+        return write_repro(dest, spec)
 
     def known_passes(self) -> set[str]:
         return set()  # no per-pass switch in release builds
@@ -558,78 +378,4 @@ class OpenVinoEngine:
                 "onnx": onnx.__version__, "numpy": np.__version__}
 
 
-# The repro script: constant text, every model-derived name and value read from
-# repro.json (names are data, never code).
-OV_REPRO_SCRIPT = r'''#!/usr/bin/env python3
-"""Repro: an OpenVINO fusion breaks tolerance (settings and names in repro.json).
-
-Needs only numpy and openvino. Compiles the model with the settings in
-repro.json, runs it on the exact tensors the FP32 baseline fed it and compares
-with the unfused FP32 result.
-
-    python repro.py                # exit 1 while the bug is present, 0 when fixed
-    python repro.py --workaround   # with the proven marking (exit 0 when it works)
-    python repro.py --mark TENSOR  # try marking another tensor
-"""
-import argparse
-import json
-import os
-import sys
-
-import numpy as np
-import openvino as ov
-
-HERE = os.path.dirname(os.path.abspath(__file__))
-
-
-#@judge
-
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--workaround", action="store_true", help="apply the proven marking from repro.json")
-    ap.add_argument("--mark", action="append", default=[], metavar="TENSOR", help="add a tensor as an output")
-    args = ap.parse_args()
-    with open(os.path.join(HERE, "repro.json"), encoding="utf-8") as fh:
-        spec = json.load(fh)
-    marks = list(args.mark) + (list(spec["workaround_marks"]) if args.workaround else [])
-    core = ov.Core()
-    model = core.read_model(os.path.join(HERE, spec["model"]))
-    if marks:
-        model.add_outputs(marks)
-    props = dict(spec["properties"])
-    props["INFERENCE_PRECISION_HINT"] = spec["precision_hint"]
-    try:
-        compiled = core.compile_model(model, spec["device"], props)
-    except Exception as exc:  # the engine does not even build: the bug is present
-        print("OpenVINO failed to compile the model: %s" % str(exc).splitlines()[0])
-        return 1
-    used = compiled.get_property("INFERENCE_PRECISION_HINT")
-    print("openvino %s, device %s, inference precision %s, marked %s"
-          % (ov.__version__, spec["device"], used, marks or "none"))
-    inputs = np.load(os.path.join(HERE, spec["inputs"]), allow_pickle=False)
-    expected = np.load(os.path.join(HERE, spec["expected"]), allow_pickle=False)
-    ports = {}
-    for i, port in enumerate(compiled.outputs):
-        for name in port.get_names():
-            ports.setdefault(name, i)
-    request = compiled.create_infer_request()
-    broken = False
-    samples = next(iter(inputs.values())).shape[0]
-    for k in range(samples):
-        values = list(request.infer({n: inputs[n][k] for n in inputs.files}).values())
-        for name in spec["outputs"]:
-            max_abs, fails = judge(expected[name][k], np.array(values[ports[name]]), spec["tolerance"])
-            print("sample %d, output %r: max abs error vs %s %.3g -> %s %s"
-                  % (k, name, spec["reference"], max_abs, "FAIL" if fails else "ok", "; ".join(fails)))
-            broken |= bool(fails)
-    print("bug present: the fused result breaks tolerance" if broken else "within tolerance")
-    return 1 if broken else 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
-'''
-OV_REPRO_SCRIPT = with_judge(OV_REPRO_SCRIPT)
-
-
-__all__ = ["OpenVinoEngine", "OvBuilt", "OvObserver", "fused_node_map", "runtime_layers", "OV_REPRO_SCRIPT"]
+__all__ = ["OpenVinoEngine", "OvBuilt", "OvObserver", "fused_node_map", "runtime_layers"]

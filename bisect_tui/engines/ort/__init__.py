@@ -7,45 +7,14 @@ Every name the old single module exported (`OrtEngine`, `fused_node_map`,
 
 from __future__ import annotations
 
-from bisect_tui.api import LEVELS, Capabilities, EngineOption
-
-ORT_PRECISIONS = ("fp32", "fp16")
-# short names a user types for the execution providers ORT builds can carry
-PROVIDER_NAMES = {
-    "cpu": "CPUExecutionProvider",
-    "cuda": "CUDAExecutionProvider",
-    "tensorrt": "TensorrtExecutionProvider",
-    "openvino": "OpenVINOExecutionProvider",
-    "dnnl": "DnnlExecutionProvider",
-}
-
-LABEL = "ONNX Runtime"
-
-# A protobuf message cannot be serialized above 2 GiB; stay well below it.
-_EXTERNAL_DATA_THRESHOLD = 1_800_000_000
-
-OPTIONS = (
-    EngineOption("level", "choice", "all", "graph optimization level of the fused engine (default all)",
-                 "--level", "level", choices=LEVELS, label="level", form_id="level"),
-    EngineOption("config", "mapping", (), "session config entry, e.g. optimization.enable_gelu_approximation=1 "
-                 "(checked against the installed ORT)", "--ort-config", "config_entries", metavar="KEY=VALUE",
-                 label="config entries", form_id="entries",
-                 placeholder="e.g. optimization.enable_gelu_approximation=1"),
-    EngineOption("disable", "list", (), "disable an optimizer by name (checked against the installed ORT)",
-                 "--disable", "disabled_passes", metavar="OPTIMIZER", label="disable optim.",
-                 form_id="disabled", placeholder="e.g. GeluApproximation"),
-    EngineOption("provider", "list", (), "execution provider before the CPU fallback: "
-                 + ", ".join(PROVIDER_NAMES) + " (when the installed onnxruntime has it)",
-                 "--ort-provider", "providers", metavar="NAME", label="providers", in_form=False),
-)
-
-CAPABILITIES = Capabilities(
-    marking=True, marking_blocks=True, pass_switches=True, keep_high_precision=True,
-    levels=LEVELS, precisions=ORT_PRECISIONS,
-    observation="the saved optimized graph rerun at ORT_DISABLE_ALL: its surviving tensors marked, "
-                "no fusion undone",
-    coarse_domains=("com.microsoft.nchwc",),
-    concurrent_builds=True,
+from bisect_tui.engines.ort.declare import (  # noqa: F401
+    CAPABILITIES,
+    CPU_PROVIDER,
+    LABEL,
+    OPTIONS,
+    ORT_PRECISIONS,
+    PROVIDER_NAMES,
+    providers_of,
 )
 
 

@@ -1,12 +1,9 @@
-"""ONNX Runtime as the fused engine.
+"""ONNX Runtime as the fused engine: the contract's methods, over the session
+builder (session.py), the pass names (passes.py), ORT's own log of them
+(passlog.py) and the repro scripts (repro.py).
 
-Why this module looks the way it does (facts checked in the project notes on ORT):
+Facts it relies on (checked in the project notes on ORT), besides session.py's:
 
-* ORT refuses to fuse across a graph output, so "marked" tensors are simply
-  added to the graph outputs before the session is built.
-* The session saves its optimized graph (`optimized_model_filepath`); that file
-  is the only reliable view of what ORT fused, and reloading it at
-  ORT_DISABLE_ALL reproduces the fused outputs bit for bit.
 * Fused nodes keep the output tensor names of the last original node they
   replace, so the fused-node map is computed from *tensor* names
   (`fused_node_map`), never from node names.
@@ -21,310 +18,39 @@ onnxruntime is imported inside functions so that importing this module (and
 
 from __future__ import annotations
 
-import hashlib
-import json
-import os
-import tempfile
-import uuid
-import weakref
 from pathlib import Path
-from typing import Collection, Iterable, Optional, Sequence
+from typing import Collection, Iterable, Optional
 
-import numpy as np
-import onnx
-
-from bisect_tui.core.errors import EngineBuildError, EngineRunError, EnvironmentFault, UserError
-from bisect_tui.core.graph import mark_outputs
-from bisect_tui.api import (
-    LEVELS,
-    EngineConfig,
-    FusedNode,
-    ReproSpec,
-    did_you_mean,
-)
-
-from bisect_tui.engines.ort import CAPABILITIES, OPTIONS, ORT_PRECISIONS, PROVIDER_NAMES  # noqa: E402
-
-from bisect_tui.core.onnx_files import (  # noqa: F401  (the old private names, kept for callers)
-    ensure_named as _ensure_named,
-    existing_tensors as _existing_tensors,
-    file_hash as _file_hash,
-    first_line as _first_line,
-    load_model as _load,
-    model_size_estimate as _model_size_estimate,
-    tensor_bytes as _tensor_bytes,
-    uses_external_data as _uses_external_data,
-    uses_external_data_file as _uses_external_data_file,
-)
-from bisect_tui.core.onnx_files import save_model as _save_any
-from bisect_tui.engines.ort.fusedmap import fused_node_map  # noqa: F401
+from bisect_tui.api import BuildContext, EngineBase, EngineConfig, ReproSpec, UserError, did_you_mean
+from bisect_tui.engines.ort import passlog
+from bisect_tui.engines.ort.declare import CAPABILITIES, CPU_PROVIDER, LABEL, OPTIONS, PROVIDER_NAMES, providers_of
+from bisect_tui.engines.ort.fusedmap import fused_node_map  # noqa: F401  (importable from the package)
+from bisect_tui.engines.ort.levels import LEVEL_NAMES
 from bisect_tui.engines.ort.passes import (  # noqa: F401
-    confirm_optimizer_effect,
     known_config_keys,
     known_optimizers,
-    modifying_passes,
     optimizer_tags,
+    pass_candidates,
+    pass_log_note,
     unknown_config_keys,
     unknown_optimizers,
     versions,
 )
-
-_LEVEL_NAMES = {
-    "disable": "ORT_DISABLE_ALL",
-    "basic": "ORT_ENABLE_BASIC",
-    "extended": "ORT_ENABLE_EXTENDED",
-    "all": "ORT_ENABLE_ALL",
-}
-
-
-
-def _threshold() -> int:
-    """Model size above which weights go to an external file; read from the
-    package (`bisect_tui.engines.ort._EXTERNAL_DATA_THRESHOLD`) so a test can lower it."""
-    import bisect_tui.engines.ort as pkg
-
-    return pkg._EXTERNAL_DATA_THRESHOLD
+from bisect_tui.engines.ort.session import (  # noqa: F401
+    OrtBuilt,
+    OrtObserver,
+    know_original,
+    marking_base,
+    validate_basics,
+)
+from bisect_tui.engines.ort.session import build as build_session
 
 
-def _save_model(model: onnx.ModelProto, path: Path) -> None:
-    _save_any(model, path, _threshold())
-
-
-def _ort_errors() -> tuple[type[BaseException], ...]:
-    """Exception classes ORT raises for a bad model or option (version independent)."""
-    from onnxruntime.capi import onnxruntime_pybind11_state as C
-
-    classes: list[type[BaseException]] = [RuntimeError, ValueError]
-    for name in dir(C):
-        obj = getattr(C, name)
-        if isinstance(obj, type) and issubclass(obj, Exception):
-            classes.append(obj)
-    return tuple(classes)
-
-
-def _build_error(e: BaseException) -> EngineBuildError:
-    return EngineBuildError(f"ONNX Runtime could not build the fused engine: {_first_line(e)}", _first_line(e))
-
-
-def _run_error(e: BaseException) -> EngineRunError:
-    return EngineRunError(f"ONNX Runtime failed running the fused engine: {_first_line(e)}", _first_line(e))
-
-
-def _validate(config: EngineConfig) -> None:
-    if config.level not in LEVELS:
-        raise UserError(f"unknown optimization level {config.level!r}; use one of {', '.join(LEVELS)}")
-    if config.precision not in ORT_PRECISIONS:
-        raise UserError(f"precision {config.precision!r} is not one ONNX Runtime CPU runs here; "
-                        f"use one of {', '.join(ORT_PRECISIONS)}")
-    import onnxruntime
-
-    available = onnxruntime.get_available_providers()
-    missing = [p for p in config.providers if p not in available]
-    if missing:
-        # ORT would warn and silently fall back to CPU, comparing the wrong engine
-        raise UserError(
-            f"execution provider {missing[0]} is not available in this onnxruntime "
-            f"({onnxruntime.__version__}); available: {', '.join(available)}"
-        )
-
-
-def _fp16_model_path(model_path: Path, workdir: Path, keep_fp32: Collection[str] = ()) -> Path:
-    """The fp16 conversion of `model_path`, cached in workdir by source hash
-    and keep-set.
-
-    Conversion is deterministic but not free on big models and a bisection
-    builds dozens of engines from the same source, so convert once. The
-    keep-set goes to the converter's `node_block_list`: those original nodes
-    stay FP32, with casts around them."""
-    keep = sorted(set(keep_fp32))
-    tag = "" if not keep else "_keep" + hashlib.sha1("\n".join(keep).encode()).hexdigest()[:10]
-    cached = workdir / f"fp16_{_file_hash(model_path)}{tag}.onnx"
-    if cached.exists():
-        return cached
-    from onnxruntime.transformers.float16 import convert_float_to_float16
-
-    model = _load(model_path)
-    try:
-        converted = convert_float_to_float16(model, keep_io_types=True, node_block_list=keep or None)
-    except Exception as e:  # the converter asserts on models it cannot handle
-        raise EngineBuildError(f"could not convert the model to fp16: {_first_line(e)}", _first_line(e)) from None
-    _save_model(converted, cached)
-    return cached
-
-
-# --------------------------------------------------------------------------- engine
-
-
-class OrtBuilt:
-    """A built ORT session plus what is needed to explain it (the saved optimized graph)."""
-
-    def __init__(
-        self,
-        session,
-        config: EngineConfig,
-        source_path: Path,
-        optimized_model_path: Optional[Path],
-        unmarkable: list[str],
-        tmpdir: Optional[tempfile.TemporaryDirectory] = None,
-    ):
-        self._session = session
-        self.config = config
-        self.source_path = source_path
-        self.optimized_model_path: Optional[Path] = optimized_model_path
-        self.unmarkable = unmarkable
-        self.output_names: list[str] = [o.name for o in session.get_outputs()]
-        self._fused: Optional[list[FusedNode]] = None
-        self._tmpdir = tmpdir
-        if tmpdir is not None:
-            # the temp dir lives as long as this object, even without close()
-            self._finalizer = weakref.finalize(self, tmpdir.cleanup)
-
-    @property
-    def fused_nodes(self) -> list[FusedNode]:
-        """Computed on first use: loading both graphs costs time the run path doesn't need."""
-        if self._fused is None:
-            if self.optimized_model_path is None or not self.optimized_model_path.exists():
-                raise RuntimeError("the optimized model is gone (engine closed?)")
-            original = _original_for_map(self.source_path)
-            optimized = onnx.load(str(self.optimized_model_path), load_external_data=False)
-            self._fused = fused_node_map(original, optimized, known_optimizers())
-        return self._fused
-
-    def run(self, feeds: dict[str, np.ndarray], names: Optional[Sequence[str]] = None) -> dict[str, np.ndarray]:
-        """All outputs (graph outputs, then marked tensors) by name, or only `names`."""
-        if self._session is None:
-            raise RuntimeError("engine is closed")
-        wanted = self.output_names if names is None else [n for n in names if n in set(self.output_names)]
-        try:
-            values = self._session.run(wanted, feeds)
-        except _ort_errors() as e:
-            # the engine built but its kernels fail on these inputs: a finding
-            raise _run_error(e) from None
-        return dict(zip(wanted, values))
-
-    def observe(self, feeds: dict[str, np.ndarray], tensors) -> dict[str, np.ndarray]:
-        if self.optimized_model_path is None:
-            return {}
-        return OrtObserver(self.optimized_model_path).observe(feeds, tensors)
-
-    def fusions_across(self, marks) -> list[FusedNode]:
-        return []  # ORT never fuses across a graph output
-
-    def precision_used(self) -> str:
-        return self.config.precision
-
-    def close(self) -> None:
-        """Release the session (its memory) and the temp dir if this object owns one."""
-        self._session = None
-        if self._tmpdir is not None:
-            self._finalizer()
-            self._tmpdir = None
-            self.optimized_model_path = None
-
-
-class OrtObserver:
-    """The fused program's own tensors, read from ORT's saved optimized graph.
-
-    Reloaded at ORT_DISABLE_ALL that graph reproduces the fused session, and
-    its tensors can be marked without undoing a fusion (they are already
-    fused). One session per tensor group, reused for every sample."""
-
-    def __init__(self, optimized_path: Path):
-        self.model = onnx.load(str(optimized_path))
-        self._group: Optional[tuple[str, ...]] = None
-        self._session = None
-
-    @property
-    def tensors(self) -> list[str]:
-        """Every tensor the fused program computes, in its node order."""
-        return list(dict.fromkeys(o for n in self.model.graph.node for o in n.output if o))
-
-    def observe(self, feeds: dict[str, np.ndarray], tensors) -> dict[str, np.ndarray]:
-        from bisect_tui.core.runner import make_session
-
-        group = tuple(tensors)
-        if group != self._group:
-            self._session = None
-            # untyped marks: ORT types them from their nodes (no shape inference of the fused graph)
-            self._session = make_session(mark_outputs(self.model, list(group), types={}, keep_original=False))
-            self._group = group
-        names = [o.name for o in self._session.get_outputs()]
-        try:
-            values = self._session.run(names, feeds)
-        except Exception as exc:
-            msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise UserError(f"ONNX Runtime failed to run the model: {msg[:300]}") from None
-        return {n: v for n, v in zip(names, values) if isinstance(v, np.ndarray)}
-
-    def close(self) -> None:
-        self._session = None
-
-
-# The model a marked build starts from, with its tensor names and inferred
-# types: a search builds the same model dozens of times with different marks,
-# and loading plus shape inference was a tenth of each build on a 5,000-node
-# graph. Kept for models up to this size only (the proto holds the weights),
-# keyed by the file's identity so a changed file is read again.
-_BASE_CACHE_MAX_BYTES = 256 << 20
-_BASE_CACHE: dict[tuple, tuple] = {}
-
-
-_MAP_ORIGINAL: list = []  # [(file identity, model)], newest last: the original graphs of the last maps
-_MAP_ORIGINAL_KEPT = 4  # the whole model and the subgraphs a search maps against in turn
-
-
-def _file_key(path: Path) -> tuple:
-    st = os.stat(path)
-    return (str(Path(path).resolve()), st.st_ino, st.st_size, st.st_mtime_ns)
-
-
-def _original_for_map(path: Path) -> onnx.ModelProto:
-    """The model a fused-node map starts from (no weights), read once per file
-    identity: every build of a search maps back to the same original graph, and
-    fused_node_map keeps that graph's index while the object is the same
-    (its load and index were a third of a map on a 5,000-node model); a
-    subgraph mapped in between does not push the whole model out."""
-    key = _file_key(path)
-    for k, (have, model) in enumerate(_MAP_ORIGINAL):
-        if have == key:
-            _MAP_ORIGINAL.append(_MAP_ORIGINAL.pop(k))
-            return model
-    model = _load(path, load_external=False)
-    _MAP_ORIGINAL[:] = _MAP_ORIGINAL[-(_MAP_ORIGINAL_KEPT - 1):] + [(key, model)]
-    return model
-
-
-def know_original(path: Path, model: onnx.ModelProto, index) -> None:
-    """`model` (every node named) is what the file at `path` holds now, and `index`
-    its GraphIndex: maps of engines built from that file start from them instead
-    of reading and indexing the file again."""
-    from bisect_tui.engines.ort.fusedmap import adopt_original
-
-    key = _file_key(path)
-    _MAP_ORIGINAL[:] = [e for e in _MAP_ORIGINAL if e[0] != key][-(_MAP_ORIGINAL_KEPT - 1):] + [(key, model)]
-    adopt_original(model, model, index)
-
-
-def _marking_base(path: Path) -> tuple:
-    key = _file_key(path)  # (path, inode, size, mtime)
-    hit = _BASE_CACHE.get(key)
-    if hit is not None:
-        return hit
-    model = _load(path)
-    # marks go in untyped: ORT types each from the node that makes it, fp16 ones too,
-    # so the marked builds need no shape inference (0.07 s on a 5,000-node model)
-    entry = (model, _existing_tensors(model), {})
-    if key[2] <= _BASE_CACHE_MAX_BYTES and not _uses_external_data(model):
-        _BASE_CACHE.clear()  # one model at a time: the search's
-        _BASE_CACHE[key] = entry
-    return entry
-
-
-class OrtEngine:
+class OrtEngine(EngineBase):
     """ONNX Runtime engine (see module docstring for the facts it relies on)."""
 
     name = "ort"
-    label = "ONNX Runtime"
+    label = LABEL
     library = "onnxruntime"
     options = OPTIONS
     capabilities = CAPABILITIES
@@ -346,13 +72,13 @@ class OrtEngine:
         onnxruntime.get_available_providers()
         known_optimizers()
         if model_path is not None:
-            _marking_base(Path(model_path))
+            marking_base(Path(model_path))
 
     def validate(self, config: EngineConfig) -> None:
         """Every value checked against the installed ORT, which would ignore a
         misspelt optimizer or config key and silently fall back to CPU for a
         missing provider."""
-        _validate(config)
+        validate_basics(config)
         bad = unknown_optimizers(config.disabled_passes)
         if bad:
             import onnxruntime
@@ -368,6 +94,9 @@ class OrtEngine:
                 f"--ort-config {keys[0]}: onnxruntime {onnxruntime.__version__} does not know this session "
                 "config key and would silently ignore it" + did_you_mean(keys[0], known_config_keys()))
 
+    def normalize_option(self, option, value):
+        return self.providers_for(value) if option.name == "provider" else value
+
     @staticmethod
     def providers_for(names) -> tuple[str, ...]:
         """`--ort-provider cuda` -> (CUDAExecutionProvider, CPUExecutionProvider): the CPU
@@ -377,8 +106,8 @@ class OrtEngine:
             full = PROVIDER_NAMES.get(str(n).lower(), str(n))
             if full not in chosen:
                 chosen.append(full)
-        if "CPUExecutionProvider" not in chosen:
-            chosen.append("CPUExecutionProvider")
+        if CPU_PROVIDER not in chosen:
+            chosen.append(CPU_PROVIDER)
         return tuple(chosen)
 
     @staticmethod
@@ -389,8 +118,8 @@ class OrtEngine:
 
     def describe(self, config: EngineConfig) -> list[tuple[str, str]]:
         return [
-            ("engine", f"ONNX Runtime, {_LEVEL_NAMES.get(config.level, config.level)}, "
-                       f"{config.precision.upper()}, {', '.join(config.providers)}"),
+            ("engine", f"ONNX Runtime, {LEVEL_NAMES.get(config.level, config.level)}, "
+                       f"{config.precision.upper()}, {', '.join(providers_of(config))}"),
             ("session config", ", ".join(f"{k}={v}" for k, v in config.config_entries) or "(none)"),
             ("disabled optimizers", ", ".join(config.disabled_passes) or "(none)"),
         ] + ([("kept in FP32", ", ".join(config.keep_fp32))] if config.keep_fp32 else [])
@@ -417,141 +146,22 @@ class OrtEngine:
         return OrtObserver(Path(optimized_path))
 
     def write_repro(self, dest: Path, spec: ReproSpec) -> list[Path]:
-        from bisect_tui.core.bisect.bundle import write_ort_repro
+        from bisect_tui.engines.ort.repro import write_ort_repro
 
         return write_ort_repro(dest, spec)
 
     def add_keepset_repro(self, bundle: Path, triage, result: dict, version: str) -> None:
         """The FP16 keep-set repro (`keepset/` in the bundle): numpy, onnx and onnxruntime only."""
-        from bisect_tui.core.bisect.keepset_bundle import add_keepset_repro
+        from bisect_tui.engines.ort.repro import add_keepset_repro
 
         add_keepset_repro(bundle, triage, result, version)
 
-    def build(
-        self,
-        model_path: Path,
-        config: EngineConfig,
-        marked: Collection[str] = (),
-        workdir: Optional[Path] = None,
-    ) -> OrtBuilt:
-        """Build the fused session for `config` with `marked` tensors kept observable.
-
-        Marked tensors that do not exist in the model to build (e.g. renamed by
-        the fp16 converter) are skipped and listed in `OrtBuilt.unmarkable`.
-        ORT errors (invalid model, bad config value) become a one-line
-        `UserError`. Without `workdir` the built object owns a temp dir that
-        holds the saved optimized graph until `close()`."""
-        model_path = Path(model_path)
-        _validate(config)
-        if not model_path.exists():
-            raise UserError(f"model file not found: {model_path}")
-        tmpdir: Optional[tempfile.TemporaryDirectory] = None
-        if workdir is None:
-            tmpdir = tempfile.TemporaryDirectory(prefix="bisect_tui_ort_")
-            workdir = Path(tmpdir.name)
-        try:
-            return self._build(model_path, config, marked, Path(workdir), tmpdir)
-        except BaseException:
-            if tmpdir is not None:
-                tmpdir.cleanup()
-            raise
-
-    def _build(
-        self,
-        model_path: Path,
-        config: EngineConfig,
-        marked: Collection[str],
-        workdir: Path,
-        tmpdir: Optional[tempfile.TemporaryDirectory],
-    ) -> OrtBuilt:
-        import onnxruntime as ort
-
-        workdir.mkdir(parents=True, exist_ok=True)
-        marked = list(dict.fromkeys(t for t in marked if t))
-        key_blob = json.dumps(
-            {"model": _file_hash(model_path), "config": config.key(), "marked": sorted(marked)},
-            sort_keys=True,
-        ).encode()
-        key = hashlib.sha1(key_blob).hexdigest()[:12]
-
-        unmarkable: list[str] = []
-        base_path = (_fp16_model_path(model_path, workdir, config.keep_fp32)
-                     if config.precision == "fp16" else model_path)
-        model, existing, types = _marking_base(base_path) if marked else (None, set(), {})
-        markable: list[str] = []
-        if marked and model is not None:
-            markable = [t for t in marked if t in existing]
-            # e.g. a tensor the fp16 converter renamed: legitimate, reported to the caller
-            unmarkable = [t for t in marked if t not in existing]
-        model_arg: str | bytes
-        if markable and model is not None:
-            # fp16: types come from the converted model, so marked tensors are fp16
-            model = mark_outputs(model, markable, types)
-            if _model_size_estimate(model) > _threshold():
-                build_path = workdir / f"build_{key}.onnx"
-                _save_model(model, build_path)
-                model_arg = str(build_path)
-            else:
-                model_arg = model.SerializeToString()
-        else:
-            model_arg = str(base_path)  # nothing added: the file on disk is the model
-        model = None  # weights can be big; ORT has its own copy now
-
-        so = ort.SessionOptions()
-        so.graph_optimization_level = getattr(ort.GraphOptimizationLevel, _LEVEL_NAMES[config.level])
-        optimized = workdir / f"optimized_{key}.onnx"
-        # ORT writes the file during session creation; write under a unique name
-        # and rename so a concurrent build of the same key never tears it.
-        tmp_opt = workdir / f".optimized_{key}.{uuid.uuid4().hex[:8]}.onnx"
-        so.optimized_model_filepath = str(tmp_opt)
-        so.enable_cpu_mem_arena = False  # dumps of many tensors must stay memory bounded
-        from bisect_tui.core.runner import NO_SPIN
-
-        if NO_SPIN[0] not in {str(k) for k, _ in config.config_entries}:  # the user's own value wins
-            so.add_session_config_entry(*NO_SPIN)  # spinning pool threads took CPU from the other builds
-        # FATAL only: ORT's warnings ("NCHWc model is hardware specific") and coloured ERROR
-        # lines would garble the TUI and print before our one-line error (which says it all)
-        from bisect_tui.core.runner import ORT_QUIET, quiet_ort
-
-        quiet_ort()
-        so.log_severity_level = ORT_QUIET
-        if isinstance(model_arg, str) and _uses_external_data_file(Path(model_arg)):
-            so.add_session_config_entry(
-                "session.optimized_model_external_initializers_file_name", optimized.name + ".data"
-            )
-            so.add_session_config_entry(
-                "session.optimized_model_external_initializers_min_size_in_bytes", "1024"
-            )
-        try:
-            for k, v in config.config_entries:
-                so.add_session_config_entry(str(k), str(v))
-            session = ort.InferenceSession(
-                model_arg,
-                so,
-                providers=list(config.providers),
-                disabled_optimizers=list(config.disabled_passes),
-            )
-        except _ort_errors() as e:
-            if tmp_opt.exists():
-                tmp_opt.unlink()
-            # A full disk or a file-size limit makes ORT fail while saving the
-            # optimized graph, with a protobuf message that names neither. Such a
-            # failure must not read as "this fusion breaks the build" (a verdict):
-            # if the same build succeeds without saving, the machine is at fault.
-            so.optimized_model_filepath = ""
-            try:
-                ort.InferenceSession(model_arg, so, providers=list(config.providers),
-                                     disabled_optimizers=list(config.disabled_passes))
-            except _ort_errors():
-                raise _build_error(e) from None
-            raise EnvironmentFault(
-                f"ONNX Runtime could not write the optimized graph into {workdir} ({_first_line(e)}): "
-                "the disk is full, a file-size limit or a permission stopped it; fix it and rerun") from None
-        saved: Optional[Path] = None
-        if tmp_opt.exists():
-            os.replace(tmp_opt, optimized)
-            saved = optimized
-        return OrtBuilt(session, config, model_path, saved, unmarkable, tmpdir)
+    def build(self, model_path: Path, config: EngineConfig, marked: Collection[str] = (),
+              workdir: Optional[Path] = None, *, context: Optional[BuildContext] = None) -> OrtBuilt:
+        """Build the fused session for `config` with `marked` tensors kept observable
+        (session.build: unmarkable tensors listed, errors in one line, a temp dir
+        owned by the result when no `workdir` is given). ORT needs no context."""
+        return build_session(model_path, config, marked, workdir)
 
     def known_passes(self) -> set[str]:
         return set(known_optimizers())
@@ -562,17 +172,28 @@ class OrtEngine:
     def versions(self) -> dict[str, str]:
         return versions()
 
-    def modifying_passes(self, model_path: Path, config: EngineConfig) -> Optional[list[str]]:
-        return modifying_passes(model_path, config)
+    def pass_candidates(self, tags, known) -> list[str]:
+        return pass_candidates(tags, known)
 
-    def confirm_optimizer_effect(
-        self,
-        model_path: Path,
-        config: EngineConfig,
-        optimizer_names: Iterable[str],
-        workdir: Optional[Path] = None,
-    ) -> dict[str, bool]:
-        return confirm_optimizer_effect(model_path, config, optimizer_names, workdir)
+    def modifying_passes(self, model_path: Path, config: EngineConfig) -> Optional[list[str]]:
+        return passlog.modifying_passes(model_path, config)
+
+    def pass_log_note(self, found: str, logged) -> Optional[str]:
+        return pass_log_note(found, logged)
+
+    def confirm_optimizer_effect(self, model_path: Path, config: EngineConfig, optimizer_names: Iterable[str],
+                                 workdir: Optional[Path] = None) -> dict[str, bool]:
+        return passlog.confirm_optimizer_effect(self.build, model_path, config, optimizer_names, workdir)
+
+
+def confirm_optimizer_effect(model_path: Path, config: EngineConfig, optimizer_names: Iterable[str],
+                             workdir: Optional[Path] = None) -> dict[str, bool]:
+    """Does disabling each name change ORT's optimized graph? (passlog.confirm_optimizer_effect)"""
+    return OrtEngine().confirm_optimizer_effect(model_path, config, optimizer_names, workdir)
+
+
+def modifying_passes(model_path: Path, config: EngineConfig) -> Optional[list[str]]:
+    return passlog.modifying_passes(model_path, config)
 
 
 __all__ = [

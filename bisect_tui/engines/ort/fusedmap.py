@@ -10,7 +10,7 @@ import onnx
 from bisect_tui.core.graph import GraphIndex, toposort_with_inputs
 from bisect_tui.core.onnx_files import ensure_named as _ensure_named
 from bisect_tui.api import FusedNode
-from bisect_tui.engines.ort.passes import _TOKEN_SUFFIX_RE, optimizer_tags
+from bisect_tui.engines.ort.passes import TOKEN_SUFFIX_RE, optimizer_tags
 
 # Prefixes ORT puts in front of a tensor name when it makes a copy of the same
 # values in another precision (the CPU provider runs most fp16 ops in fp32 and
@@ -131,7 +131,7 @@ def fused_node_map(
     for n in g.node:
         if n.domain != "com.microsoft.nchwc" or len([o for o in n.output if o]) != 1:
             continue
-        base = _TOKEN_SUFFIX_RE.sub("", n.name)
+        base = TOKEN_SUFFIX_RE.sub("", n.name)
         for prefix in _ALIAS_PREFIXES:
             if base.startswith(prefix):
                 base = base[len(prefix):]

@@ -8,17 +8,13 @@ import functools
 import glob
 import hashlib
 import json
-import os
 import re
-import tempfile
-from collections import Counter
 from pathlib import Path
 from typing import Collection, Iterable, Optional
 
 import numpy as np
 import onnx
 
-from bisect_tui.api import EngineConfig
 
 # Words ORT's optimizer names end with. Both the native-library scan and the
 # node-name tag parser use them, so a name is "optimizer-like" in one place only.
@@ -34,7 +30,7 @@ _OPT_SUFFIXES = (
 # FusionL1/FusionL2 (level-suffixed names since ~1.20) are covered by the optional L<digit>.
 _OPT_NAME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_]*(?:" + "|".join(_OPT_SUFFIXES) + r")(?:L[0-9])?$")
 # GenerateNodeName appends `_token_<N>` when a generated name collides.
-_TOKEN_SUFFIX_RE = re.compile(r"_token_[0-9]+$")
+TOKEN_SUFFIX_RE = re.compile(r"_token_[0-9]+$")
 
 # Names that are infrastructure (base classes, bare suffixes), not optimizers a
 # user can disable. Kept out so they never look like valid disable targets.
@@ -65,7 +61,7 @@ def optimizer_tags(node_name: str, known: Collection[str]) -> list[str]:
     dropped. Order of first appearance, no duplicates."""
     tags: list[str] = []
     for comp in node_name.split("/"):
-        comp = _TOKEN_SUFFIX_RE.sub("", comp)
+        comp = TOKEN_SUFFIX_RE.sub("", comp)
         if not comp or comp in tags:
             continue
         if comp in known or _OPT_NAME_RE.match(comp):
@@ -239,104 +235,24 @@ def versions() -> dict[str, str]:
     }
 
 
-_STDERR_LOCK = __import__("threading").Lock()
-_MODIFIED_RE = re.compile(r"GraphTransformer (\S+) modified: 1")
+_TAG_LEVEL_SUFFIX = re.compile(r"L\d")
 
 
-def modifying_passes(model_path: Path, config: EngineConfig) -> Optional[list[str]]:
-    """Names of the graph transformers ORT's own log says modified this model
-    (session log at INFO: "GraphTransformer X modified: 1"), in log order.
-
-    The log goes to the process's stderr from native code, so fd 2 is pointed
-    at a temp file for the session creation (under a lock). Rewrite rules run
-    inside `Level<N>_RuleBasedTransformer` and are logged under that name.
-    None when the log could not be read (never a reason to fail)."""
-    import onnxruntime as ort
-
-    from bisect_tui.engines.ort.engine import _LEVEL_NAMES, _fp16_model_path, _ort_errors
-
-    model_path = Path(model_path)
-    with tempfile.TemporaryDirectory(prefix="bisect_tui_log_") as d:
-        base = (_fp16_model_path(model_path, Path(d), config.keep_fp32)
-                if config.precision == "fp16" else model_path)
-        so = ort.SessionOptions()
-        so.graph_optimization_level = getattr(ort.GraphOptimizationLevel, _LEVEL_NAMES[config.level])
-        so.log_severity_level = 1
-        for k, v in config.config_entries:
-            so.add_session_config_entry(str(k), str(v))
-        log = Path(d) / "ort.log"
-        with _STDERR_LOCK:
-            try:
-                import sys
-
-                sys.stderr.flush()
-                fd = os.open(log, os.O_WRONLY | os.O_CREAT, 0o600)
-                saved = os.dup(2)
-            except OSError:
-                return None
-            try:
-                os.dup2(fd, 2)
-                try:
-                    ort.InferenceSession(str(base), so, providers=list(config.providers),
-                                         disabled_optimizers=list(config.disabled_passes))
-                except _ort_errors():
-                    pass  # the log up to the failure still says what ran
-            finally:
-                os.dup2(saved, 2)
-                os.close(saved)
-                os.close(fd)
-        try:
-            text = log.read_text(errors="replace")
-        except OSError:
-            return None
-    return list(dict.fromkeys(_MODIFIED_RE.findall(text)))
+def pass_candidates(tags, known) -> list[str]:
+    """Node-name tags -> the names ORT accepts for disabling them: the tag itself
+    or its level variants (the tag `LayerNormFusion` is disabled as
+    `LayerNormFusionL1` on 1.32); a tag it does not know is kept as it is."""
+    out: list[str] = []
+    for tag in tags:
+        matches = sorted(k for k in known if k == tag or (k.startswith(tag) and _TAG_LEVEL_SUFFIX.fullmatch(k[len(tag):])))
+        out.extend(matches or [tag])
+    return list(dict.fromkeys(out))
 
 
-def _graph_signature(path: Path) -> Counter:
-    m = onnx.load(str(path), load_external_data=False)
-    return Counter((n.domain, n.op_type, n.name) for n in m.graph.node)
-
-
-def confirm_optimizer_effect(
-    model_path: Path,
-    config: EngineConfig,
-    optimizer_names: Iterable[str],
-    workdir: Optional[Path] = None,
-) -> dict[str, bool]:
-    """For each name: does disabling it change ORT's optimized graph?
-
-    ORT ignores unknown names silently, so a name from another release (or a
-    typo) would make a "workaround" that changes nothing. This is the proof:
-    build once with the name enabled and once disabled (everything else as in
-    `config`) and compare the multiset of optimized nodes (domain, op_type,
-    name). A name already disabled in `config` is tested the same way, by
-    comparing against `config` without it."""
-    from bisect_tui.engines.ort.engine import OrtEngine
-
-    engine = OrtEngine()
-    own_tmp: Optional[tempfile.TemporaryDirectory] = None
-    if workdir is None:
-        own_tmp = tempfile.TemporaryDirectory(prefix="bisect_tui_confirm_")
-        workdir = Path(own_tmp.name)
-    sigs: dict[EngineConfig, Counter] = {}
-
-    def signature(cfg: EngineConfig) -> Counter:
-        if cfg not in sigs:
-            built = engine.build(model_path, cfg, (), workdir)
-            try:
-                assert built.optimized_model_path is not None
-                sigs[cfg] = _graph_signature(built.optimized_model_path)
-            finally:
-                built.close()
-        return sigs[cfg]
-
-    result: dict[str, bool] = {}
-    try:
-        for name in dict.fromkeys(optimizer_names):
-            rest = tuple(sorted(set(config.disabled_passes) - {name}))
-            base = EngineConfig(config.level, config.precision, config.config_entries, rest, config.providers)
-            result[name] = signature(base) != signature(base.with_disabled([name]))
-    finally:
-        if own_tmp is not None:
-            own_tmp.cleanup()
-    return result
+def pass_log_note(found: str, logged) -> Optional[str]:
+    """Rewrite rules are logged under their container only: say so when the
+    pass found is not in ORT's log but such a container is."""
+    rules = [n for n in logged if n.endswith("RuleBasedTransformer")]
+    if found in logged or not rules:
+        return None
+    return "not listed by name; a rewrite rule runs inside " + ", ".join(rules) + ", which the log lists"

@@ -238,8 +238,9 @@ class PickerScreen(Screen):
                 self.app.post_message(Picked(TriageOptions(model=None, torch=spec.to_dict()), False))
             elif kind == "session":
                 from bisect_tui.core.resume import options_from_session
+                from bisect_tui.engines.registry import get_engine
 
-                opts = options_from_session(path)
+                opts = options_from_session(path, get_engine)
                 self.app.post_message(Picked(opts, True))
             else:
                 from bisect_tui.core.input_suggest import check_config_inputs
