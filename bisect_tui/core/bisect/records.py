@@ -14,7 +14,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from bisect_tui.api import EngineConfig
+from bisect_tui.api import DISABLED_KEY, EngineConfig
 
 RESULT_SCHEMA = "bisect-tui/bisect-result/1"
 
@@ -122,7 +122,7 @@ class Workaround:
     (`kind` None: none found; `how` is the engine's own words for it)."""
 
     kind: Optional[str]  # disable_optimizers | mark_outputs | None
-    disabled_optimizers: list[str] = field(default_factory=list)
+    disabled_passes: list[str] = field(default_factory=list)  # JSON: "disabled_optimizers"
     full_engine: Optional[dict] = None
     tried: list[dict] = field(default_factory=list)
     how: str = ""
@@ -130,10 +130,10 @@ class Workaround:
     # no setting passes in a model that amplifies rounding: the one that came closest
     best_effort: Optional[dict] = None
 
-    _ORDER = ("kind", "disabled_optimizers", "marked_tensors", "full_engine", "tried", "how", "best_effort")
+    _ORDER = ("kind", DISABLED_KEY, "marked_tensors", "full_engine", "tried", "how", "best_effort")
 
     def to_json(self) -> dict:
-        d = {k: getattr(self, k) for k in self._ORDER}
+        d = {k: getattr(self, "disabled_passes" if k == DISABLED_KEY else k) for k in self._ORDER}
         for k in ("marked_tensors", "best_effort"):
             if d[k] is None:
                 d.pop(k)
@@ -142,6 +142,7 @@ class Workaround:
     @classmethod
     def from_json(cls, d: dict) -> "Workaround":
         known = _fields(cls)
+        d = {("disabled_passes" if k == DISABLED_KEY else k): v for k, v in d.items()}
         return cls(**{k: v for k, v in d.items() if k in known})
 
     def with_best_effort(self, full_engine_ratio: Optional[float], why: str) -> "Workaround":
