@@ -102,14 +102,15 @@ def test_corrupted_tensor_file_is_not_trusted(tiny_model, tmp_path):
 
 
 def test_models_over_the_protobuf_limit_load_through_external_data(tiny_model, tmp_path, monkeypatch):
-    """Models above 2 GB cannot be serialized in one protobuf; the runner then
-    writes the weights to an external file. Exercised by lowering the limit."""
-    from bisect_tui.core import runner
+    """Models above 2 GB cannot be serialized in one protobuf; the unfused
+    reference then writes the weights to an external file. Exercised by
+    lowering the limit."""
+    from bisect_tui.engines.ort import unfused
 
     small = _triage(tiny_model, tmp_path, "normal")
     small.prepare()
     expected = [e["sha256"] for e in small.run_baseline().manifest["tensors"]]
-    monkeypatch.setattr(runner, "PROTO_LIMIT", 10)
+    monkeypatch.setattr(unfused, "PROTO_LIMIT", 10)
     big = _triage(tiny_model, tmp_path, "external")
     big.prepare()
     assert [e["sha256"] for e in big.run_baseline().manifest["tensors"]] == expected

@@ -117,9 +117,9 @@ def test_engine_built_beside_the_dump_gives_the_same_check(samples, tmp_path, mo
     real_runs = checks.perturbed_runs
     how = []
 
-    def no_session(model, inputs, session=None, outputs=None):
+    def no_session(reference, model, inputs, session=None, outputs=None):
         how.append("dump's session" if session is not None else threading.current_thread().name)
-        return None if session is not None else real_runs(model, inputs)
+        return None if session is not None else real_runs(reference, model, inputs)
 
     monkeypatch.setattr(checks, "perturbed_runs", no_session)
     thread = check("thread")

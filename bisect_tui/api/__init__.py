@@ -1,0 +1,1 @@
+"""The contract between core and the engines: imported by both, importing nothing of ours."""
