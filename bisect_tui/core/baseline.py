@@ -20,7 +20,7 @@ import os
 import platform
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Optional
 
 import numpy as np
 import onnx
@@ -102,7 +102,6 @@ def file_names(info: ModelInfo, tensors: list[str]) -> dict[str, str]:
         used.add(fname.lower())
         names[t] = fname
     return names
-
 
 
 @dataclass

@@ -23,6 +23,7 @@ ORT_QUIET = 4  # FATAL only: ORT's own coloured ERROR lines would print before o
 # builds and the Python this tool runs beside its sessions (a tenth to a fifth of
 # the wall time of a bisection on two cores); values do not depend on it
 NO_SPIN = ("session.intra_op.allow_spinning", "0")
+# as the package's LABEL (not imported from it: the package imports the engine, which imports this)
 LABEL = "ONNX Runtime"
 
 
@@ -114,5 +115,5 @@ class OrtUnfused:
         return text.split(" Status Message:")[0]
 
     def warm_up(self) -> None:
-        import onnxruntime  # noqa: F401
+        import onnxruntime  # noqa: F401  (the import is the point: its library loaded now)
 
