@@ -159,9 +159,11 @@ class SecondRun:
         threading.Thread(target=watch, daemon=True).start()
 
     def _unlink_plan(self) -> None:
+        """The plan and the truth file go; also the truth's `.part` of a child
+        killed while it wrote it (called once the child is reaped)."""
         import os
 
-        for f in (self.plan_path, self.truth_path):
+        for f in (self.plan_path, self.truth_path, self.truth_path + ".part"):
             try:
                 os.unlink(f)
             except OSError:
