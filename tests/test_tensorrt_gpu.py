@@ -19,7 +19,7 @@ import numpy as np
 import onnx
 import pytest
 
-from bisect_tui.engines.base import EngineConfig
+from bisect_tui.api import EngineConfig
 
 
 def _why_not() -> str:

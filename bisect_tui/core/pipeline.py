@@ -38,7 +38,7 @@ from bisect_tui.core.engine_log import set_engine_log
 from bisect_tui.core.memory import default_max_memory
 from bisect_tui.core.session import Session, default_session_dir, now_iso, stable_key
 from bisect_tui.core.tolerance import ToleranceSpec, parse_tolerance
-from bisect_tui.engines.base import EngineConfig
+from bisect_tui.api import EngineConfig
 
 
 def default_reference():
@@ -198,7 +198,7 @@ class Triage:
     @property
     def engine(self):
         if self._engine is None:
-            from bisect_tui.engines import get_engine
+            from bisect_tui.engines.registry import get_engine
 
             self._engine = get_engine(self.opts.engine)
         if getattr(self._engine, "progress", False) is None:

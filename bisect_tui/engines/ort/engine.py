@@ -35,7 +35,7 @@ import onnx
 
 from bisect_tui.core.errors import EngineBuildError, EngineRunError, EnvironmentFault, UserError
 from bisect_tui.core.graph import mark_outputs
-from bisect_tui.engines.base import (
+from bisect_tui.api import (
     LEVELS,
     EngineConfig,
     FusedNode,
@@ -353,7 +353,7 @@ class OrtEngine:
         misspelt optimizer or config key and silently fall back to CPU for a
         missing provider."""
         _validate(config)
-        bad = unknown_optimizers(config.disabled_optimizers)
+        bad = unknown_optimizers(config.disabled_passes)
         if bad:
             import onnxruntime
 
@@ -392,7 +392,7 @@ class OrtEngine:
             ("engine", f"ONNX Runtime, {_LEVEL_NAMES.get(config.level, config.level)}, "
                        f"{config.precision.upper()}, {', '.join(config.providers)}"),
             ("session config", ", ".join(f"{k}={v}" for k, v in config.config_entries) or "(none)"),
-            ("disabled optimizers", ", ".join(config.disabled_optimizers) or "(none)"),
+            ("disabled optimizers", ", ".join(config.disabled_passes) or "(none)"),
         ] + ([("kept in FP32", ", ".join(config.keep_fp32))] if config.keep_fp32 else [])
 
     def workaround_text(self, workaround) -> str:
@@ -529,7 +529,7 @@ class OrtEngine:
                 model_arg,
                 so,
                 providers=list(config.providers),
-                disabled_optimizers=list(config.disabled_optimizers),
+                disabled_optimizers=list(config.disabled_passes),
             )
         except _ort_errors() as e:
             if tmp_opt.exists():
@@ -541,7 +541,7 @@ class OrtEngine:
             so.optimized_model_filepath = ""
             try:
                 ort.InferenceSession(model_arg, so, providers=list(config.providers),
-                                     disabled_optimizers=list(config.disabled_optimizers))
+                                     disabled_optimizers=list(config.disabled_passes))
             except _ort_errors():
                 raise _build_error(e) from None
             raise EnvironmentFault(
@@ -553,10 +553,10 @@ class OrtEngine:
             saved = optimized
         return OrtBuilt(session, config, model_path, saved, unmarkable, tmpdir)
 
-    def known_optimizers(self) -> set[str]:
+    def known_passes(self) -> set[str]:
         return set(known_optimizers())
 
-    def unknown_optimizers(self, names: Iterable[str]) -> list[str]:
+    def unknown_passes(self, names: Iterable[str]) -> list[str]:
         return unknown_optimizers(names)
 
     def versions(self) -> dict[str, str]:
