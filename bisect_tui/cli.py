@@ -213,7 +213,7 @@ def options_from_args(args: argparse.Namespace):
     from bisect_tui.core.checks import parse_ranges
     from bisect_tui.core.inputs import parse_input_values, parse_shapes, parse_value_ranges
     from bisect_tui.core.pipeline import TriageOptions
-    from bisect_tui.core.runner import parse_memory
+    from bisect_tui.core.memory import parse_memory
     from bisect_tui.core.tolerance import parse_tolerance
     from bisect_tui.engines.flags import config_from_args
 
@@ -285,8 +285,9 @@ def cmd_check(args: argparse.Namespace) -> int:
 def _prestart_second_run(args: argparse.Namespace) -> None:
     if not getattr(args, "no_determinism", False):
         from bisect_tui.core.second_run import prestart
+        from bisect_tui.engines.ort.unfused import OrtUnfused
 
-        prestart()  # its imports overlap ours (the determinism check's fresh process)
+        prestart(OrtUnfused.spec)  # its imports overlap ours (the determinism check's fresh process)
 
 
 def cmd_bisect(args: argparse.Namespace) -> int:

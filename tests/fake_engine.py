@@ -19,7 +19,7 @@ import numpy as np
 import onnx
 
 from bisect_tui.core.graph import GraphIndex, mark_outputs
-from bisect_tui.core.runner import make_session
+from bisect_tui.engines.ort.unfused import make_session
 from bisect_tui.api import BuildContext, Capabilities, EngineBase, EngineConfig, FusedNode, ReproSpec
 
 

@@ -14,6 +14,7 @@ from bisect_tui.core.arbiter import arbitrate, factor_for
 from bisect_tui.core.errors import UserError
 from bisect_tui.core.pipeline import Triage, TriageOptions
 from bisect_tui.core.reference import Float64Reference
+from bisect_tui.engines.ort.unfused import OrtUnfused
 from bisect_tui.core.report import arbiter_markdown, check_markdown, check_text
 from bisect_tui.core.tolerance import parse_tolerance
 from bisect_tui.api import EngineConfig
@@ -68,7 +69,7 @@ def test_float64_falls_back_to_ort_double_and_says_so():
                           [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4])], [w])
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
     m.ir_version = 8
-    ref = Float64Reference(m)
+    ref = Float64Reference(m, OrtUnfused())
     x = np.linspace(-1, 1, 8, dtype=np.float32).reshape(2, 4)
     y = ref.run({"x": x}, ["y"])["y"]
     assert y.dtype == np.float64
@@ -83,7 +84,7 @@ def test_float64_falls_back_to_ort_double_and_says_so():
         opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
     bad.ir_version = 8
     with pytest.raises(UserError, match="no float64 truth"):
-        Float64Reference(bad).run({"x": np.ones(2, np.float32)}, ["y"])
+        Float64Reference(bad, OrtUnfused()).run({"x": np.ones(2, np.float32)}, ["y"])
 
 
 def test_rule_factor_and_floor():

@@ -102,14 +102,68 @@ def test_corrupted_tensor_file_is_not_trusted(tiny_model, tmp_path):
 
 
 def test_models_over_the_protobuf_limit_load_through_external_data(tiny_model, tmp_path, monkeypatch):
-    """Models above 2 GB cannot be serialized in one protobuf; the runner then
-    writes the weights to an external file. Exercised by lowering the limit."""
-    from bisect_tui.core import runner
+    """Models above 2 GB cannot be serialized in one protobuf; the unfused
+    reference then writes the weights to an external file. Exercised by
+    lowering the limit."""
+    from bisect_tui.engines.ort import unfused
 
     small = _triage(tiny_model, tmp_path, "normal")
     small.prepare()
     expected = [e["sha256"] for e in small.run_baseline().manifest["tensors"]]
-    monkeypatch.setattr(runner, "PROTO_LIMIT", 10)
+    monkeypatch.setattr(unfused, "PROTO_LIMIT", 10)
     big = _triage(tiny_model, tmp_path, "external")
     big.prepare()
     assert [e["sha256"] for e in big.run_baseline().manifest["tensors"]] == expected
+
+
+class _Recorded:
+    """The ONNX Runtime reference, with every session it opens recorded and a
+    version of its own: what the triage is handed is what the baseline uses."""
+
+    def __init__(self):
+        from bisect_tui.engines.ort.unfused import OrtUnfused
+
+        self.inner = OrtUnfused()
+        self.name, self.label, self.library, self.mode, self.spec = (
+            "recorded " + self.inner.name, self.inner.label, self.inner.library, "recorded", self.inner.spec)
+        self.opened: list[list[str]] = []
+
+    def session(self, model):
+        s = self.inner.session(model)
+        self.opened.append(s.output_names())
+        return s
+
+    def versions(self):
+        return {**self.inner.versions(), "recorded": "1"}
+
+    def cache_key(self):
+        return "recorded/" + self.inner.cache_key()
+
+    def settings(self):
+        return {**self.inner.settings(), "optimization": "recorded"}
+
+    def error_text(self, exc):
+        return self.inner.error_text(exc)
+
+    def warm_up(self):
+        self.inner.warm_up()
+
+
+def test_the_baseline_runs_on_the_reference_it_is_handed(tiny_model, tmp_path):
+    """Triage(reference=...) is the only unfused side: the dump's sessions, the
+    1-ulp run in its last session, its manifest options, versions and cache key
+    all come from it; the same dump under the default reference is another key."""
+    ref = _Recorded()
+    t = Triage(TriageOptions(model=tiny_model, session_dir=tmp_path / "r", check_determinism=False), reference=ref)
+    t.prepare()
+    res = t.run_baseline()
+    assert ref.opened == [["a", "b", "y"]]  # one group, every tensor marked; the 1-ulp run reused it
+    m = res.manifest
+    assert m["options"]["optimization"] == "recorded" and m["options"]["provider"] == "CPUExecutionProvider"
+    run = t.session.read_json("baseline/run.json")
+    assert run["versions"]["recorded"] == "1" and run["versions"]["onnxruntime"] == ort.__version__
+    plain = _triage(tiny_model, tmp_path, "plain", check_determinism=False)
+    plain.prepare()
+    other = plain.run_baseline().manifest
+    assert other["key"] != m["key"] and other["options"]["optimization"] == "ORT_DISABLE_ALL"
+    assert [e["sha256"] for e in other["tensors"]] == [e["sha256"] for e in m["tensors"]]

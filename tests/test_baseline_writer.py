@@ -13,7 +13,8 @@ import signal
 import numpy as np
 import pytest
 
-from bisect_tui.core.baseline import PARALLEL_BYTES, _NpySink, npy_data_sha256
+from bisect_tui.core.baseline_manifest import npy_data_sha256
+from bisect_tui.core.baseline_writer import PARALLEL_BYTES, NpySink
 from bisect_tui.core.stats import F32_SLICE, PAIRS_FROM, Scratch, empty_stats, finish_stats, update_stats
 
 COUNTS = ("numel", "finite", "nan", "inf", "zeros", "fp16_overflow", "fp16_subnormal", "fp16_underflow",
@@ -58,7 +59,7 @@ def test_written_files_equal_numpy_save_with_their_digests_and_stats(tmp_path):
     arrays = _arrays()
     names = {t: f"{t}.npy" for t in arrays}
     done: dict[str, dict] = {}
-    sink = _NpySink(tmp_path, names, 2, lambda t, meta: done.__setitem__(t, meta))
+    sink = NpySink(tmp_path, names, 2, lambda t, meta: done.__setitem__(t, meta))
     used_threads = False
     try:
         for k in range(2):
@@ -95,7 +96,7 @@ def test_failed_write_raises_and_leaves_no_temp_file(tmp_path):
     """A file-size limit makes the kernel refuse the write (EFBIG), as a full disk
     would: the error comes out of the writer thread and abort removes the file."""
     big = np.ones(1 << 20, np.float32)  # 4 MiB, the threaded path
-    sink = _NpySink(tmp_path, {"t": "t.npy"}, 1, lambda *_: None)
+    sink = NpySink(tmp_path, {"t": "t.npy"}, 1, lambda *_: None)
     soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
     old = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
     resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 20, hard))
@@ -111,7 +112,7 @@ def test_failed_write_raises_and_leaves_no_temp_file(tmp_path):
 
 
 def test_sample_changing_type_is_refused(tmp_path):
-    sink = _NpySink(tmp_path, {"t": "t.npy"}, 2, lambda *_: None)
+    sink = NpySink(tmp_path, {"t": "t.npy"}, 2, lambda *_: None)
     try:
         sink.write("t", 0, np.zeros(3, np.float32))
         with pytest.raises(ValueError, match="changed shape or type"):

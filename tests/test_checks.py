@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
+import pytest
 from onnx import helper
 
 from bisect_tui.core.checks import parse_ranges
+from bisect_tui.core.errors import UserError
 from bisect_tui.core.pipeline import Triage, TriageOptions
 
 from testlib import init, make_model, vi
@@ -117,9 +119,9 @@ def test_engine_built_beside_the_dump_gives_the_same_check(samples, tmp_path, mo
     real_runs = checks.perturbed_runs
     how = []
 
-    def no_session(model, inputs, session=None, outputs=None):
+    def no_session(reference, model, inputs, session=None, outputs=None):
         how.append("dump's session" if session is not None else threading.current_thread().name)
-        return None if session is not None else real_runs(model, inputs)
+        return None if session is not None else real_runs(reference, model, inputs)
 
     monkeypatch.setattr(checks, "perturbed_runs", no_session)
     thread = check("thread")
@@ -129,3 +131,18 @@ def test_engine_built_beside_the_dump_gives_the_same_check(samples, tmp_path, mo
     assert how[2] == "dump's session" and how[3] == threading.main_thread().name
     assert early.fused["sensitivity"]["outputs"] == after.fused["sensitivity"]["outputs"] \
         == thread.fused["sensitivity"]["outputs"] == late.fused["sensitivity"]["outputs"]
+
+
+def test_the_second_run_makes_only_references_of_this_tool():
+    """The child process makes its reference again from the spec the parent
+    passes; anything but a class of this tool is refused, never imported."""
+    import sys
+
+    from bisect_tui.core.second_run import load_reference
+    from bisect_tui.engines.ort.unfused import OrtUnfused
+
+    assert type(load_reference(OrtUnfused.spec)) is OrtUnfused
+    for bad in ("os:system", "bisect_tui.engines.ort.unfused:Ort Unfused", "bisect_tuix.evil:X", "shutil"):
+        with pytest.raises(UserError, match="not a reference of this tool"):
+            load_reference(bad)
+    assert "bisect_tuix" not in sys.modules

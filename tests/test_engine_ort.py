@@ -470,7 +470,7 @@ def test_sessions_are_made_without_spinning_pool_threads_unless_asked(block, tmp
     """ORT's pool threads spin after each parallel op by default, taking a core from
     the builds and the Python beside them: every session this tool makes turns it
     off, and a user's own --ort-config value for it is kept."""
-    from bisect_tui.core.runner import make_session
+    from bisect_tui.engines.ort.unfused import make_session
 
     key = "session.intra_op.allow_spinning"
     opts = lambda s: s.get_session_options()  # noqa: E731

@@ -8,7 +8,8 @@ import pytest
 from onnx import TensorProto, helper
 
 from bisect_tui.core.errors import UserError
-from bisect_tui.core.inputs import generate_inputs, load_inputs, parse_shapes, resolve_shapes
+from bisect_tui.core.input_suggest import resolve_shapes
+from bisect_tui.core.inputs import generate_inputs, load_inputs, parse_shapes
 from bisect_tui.core.model import load_model_info
 
 from testlib import init, make_model, vi

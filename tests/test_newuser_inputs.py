@@ -12,9 +12,10 @@ import pytest
 
 from bisect_tui.cli import main
 from bisect_tui.core.errors import UserError
-from bisect_tui.core.input_suggest import InputsNeedValues, dynamic_dims
-from bisect_tui.core.inputs import generate_inputs, parse_input_values, parse_shapes, resolve_shapes
+from bisect_tui.core.input_suggest import InputsNeedValues, dynamic_dims, resolve_shapes
+from bisect_tui.core.inputs import generate_inputs, parse_input_values, parse_shapes
 from bisect_tui.core.model import load_model_info
+from bisect_tui.engines.ort.unfused import OrtUnfused
 
 from newuser_models import rows_by_input, text_line_image, vad_like
 from testlib import REPO
@@ -29,7 +30,7 @@ def run(argv, capsys):
 def test_one_error_names_every_dynamic_dim_and_suggests_what_ran(tmp_path):
     info = load_model_info(vad_like(tmp_path / "vad.onnx"))
     with pytest.raises(InputsNeedValues) as e:
-        resolve_shapes(info, {})
+        resolve_shapes(info, {}, reference=OrtUnfused())
     msg = str(e.value)
     assert "\n" not in msg
     # every input and dim at once, not one per run
@@ -41,7 +42,7 @@ def test_one_error_names_every_dynamic_dim_and_suggests_what_ran(tmp_path):
     assert sug.shapes == {"input": [1, 512], "state": [2, 1, 4]} and sug.values == {"sr": 16000}
     assert sug.probe == "ran"
     assert "--shape input=1x512 --shape state=2x1x4 --input-value sr=16000" in msg
-    assert "it ran in a quick probe" in msg
+    assert "it ran in a quick probe on ONNX Runtime" in msg
 
 
 def test_the_suggested_flags_run_end_to_end(tmp_path, capsys):
@@ -66,7 +67,7 @@ def test_placeholder_dims_are_unnamed_and_the_probe_tries_a_text_line(tmp_path):
     with pytest.raises(UserError, match="neither an input"):
         resolve_shapes(info, parse_shapes(["?=48"]))
     with pytest.raises(InputsNeedValues) as e:
-        resolve_shapes(info, {})
+        resolve_shapes(info, {}, reference=OrtUnfused())
     # 224x224 does not fit the head; the probe's next guess (a 48x320 text line) does
     assert e.value.suggestion.shapes == {"x": [1, 3, 48, 320]} and e.value.suggestion.probe == "ran"
     assert "?x3x?x?" in str(e.value) and "--shape x=1x3x48x320" in str(e.value)

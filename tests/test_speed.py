@@ -76,7 +76,7 @@ def test_small_baseline_is_read_from_memory_and_reread_when_replaced(samples, tm
     opens no file, returns exactly the file's values, read-only; a file replaced
     on disk (new identity) is read again, never served stale. The same for a
     tensor inside a pack (baseline_pack.py)."""
-    from bisect_tui.core import baseline as bl
+    from bisect_tui.core import baseline_store as bl
     from bisect_tui.core import baseline_pack
     from bisect_tui.core.pipeline import Triage, TriageOptions
 

@@ -245,8 +245,8 @@ def test_downstream_run_equals_running_every_other_node(samples, cases, tmp_path
     """The subgraph check runs only the nodes downstream of the suspect, upstream
     tensors fed from the baseline: bit for bit what running every other node of the
     model gives, and the outputs it leaves out are the baseline's exactly."""
-    from bisect_tui.core.baseline import load_tensor, reference_output
-    from bisect_tui.core.reference import OrtUnfusedReference
+    from bisect_tui.core.baseline_store import load_tensor, reference_output
+    from bisect_tui.core.reference import UnfusedModel
 
     t = gelu_triage(samples / f"{case}.onnx", tmp_path / "s")
     bis = Bisector(t)
@@ -270,8 +270,8 @@ def test_downstream_run_equals_running_every_other_node(samples, cases, tmp_path
     feeds = {**t.inputs.feeds(0), **moved}
     upstream = {n: a[0] for n, a in base.items() if n not in moved}
     outs = list(t.info.outputs)
-    new = OrtUnfusedReference(down).run({**feeds, **upstream}, [o.name for o in down.graph.output])
-    old = OrtUnfusedReference(every).run(feeds, outs)
+    new = UnfusedModel(t.reference, down).run({**feeds, **upstream}, [o.name for o in down.graph.output])
+    old = UnfusedModel(t.reference, every).run(feeds, outs)
     assert new and set(new) <= set(outs)
     for name in outs:
         if name in new:

@@ -48,12 +48,12 @@ def _feeds(model_path: Path, shapes: dict, scale: float = 1.0) -> dict:
 def _ort_fp32(model_path: Path, feeds: dict, outputs=None) -> dict:
     """The baseline: onnxruntime CPU, every optimization off, FP32."""
     from bisect_tui.core.graph import mark_outputs
-    from bisect_tui.core.runner import make_session
+    from bisect_tui.engines.ort.unfused import make_session
 
     model = onnx.load(str(model_path))
     if outputs:
         model = mark_outputs(model, outputs)
-    sess = make_session(model, level="disable")
+    sess = make_session(model)
     names = [o.name for o in sess.get_outputs()]
     return dict(zip(names, sess.run(names, feeds)))
 

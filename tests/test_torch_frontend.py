@@ -19,7 +19,8 @@ torch = pytest.importorskip("torch")
 from bisect_tui.cli import main  # noqa: E402
 from bisect_tui.core.errors import UserError  # noqa: E402
 from bisect_tui.core.pipeline import Triage, TriageOptions  # noqa: E402
-from bisect_tui.core.reference import OrtUnfusedReference, Reference  # noqa: E402
+from bisect_tui.core.reference import Reference, UnfusedModel  # noqa: E402
+from bisect_tui.engines.ort.unfused import OrtUnfused  # noqa: E402
 from bisect_tui.frontends.torch import TorchSpec, looks_like_spec  # noqa: E402
 from bisect_tui.frontends.torch.pitfalls import batch_permutation, softmax_side  # noqa: E402
 from testlib import REPO  # noqa: E402
@@ -102,7 +103,7 @@ def test_reference_interface_is_shared(tiny):
     from bisect_tui.frontends.torch.reference import TorchHooksReference
 
     feeds = tiny.inputs.feeds(0)
-    ort_ref = OrtUnfusedReference(tiny.info.model)
+    ort_ref = UnfusedModel(OrtUnfused(), tiny.info.model)
     hooks = TorchHooksReference(tiny._torch.loaded)
     assert isinstance(ort_ref, Reference) and isinstance(hooks, Reference)
     fresh = ort_ref.run(feeds, ["linear"])["linear"]

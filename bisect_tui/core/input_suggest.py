@@ -2,24 +2,30 @@
 dynamic dim and for inputs that need a real value (a sample rate).
 
 A real model's inputs rarely come fully shaped. Filling every unknown dim with 1
-makes image models fail deep inside ONNX Runtime (`1x3x1x1` cannot pass a stride-2
+makes image models fail deep inside the engine (`1x3x1x1` cannot pass a stride-2
 convolution stack) and a random sample rate is meaningless, so instead the user
 gets one error that names every dim at once and a suggestion built from, in
 order: the model's metadata (`imgsz`, `input_shape`), the dims' names (`batch`,
 `height`, `sequence`), the layout (NCHW images, audio next to a sample rate),
-and a small probe: one ORT_DISABLE_ALL run that checks the suggestion actually
-runs, trying a few larger sizes if it does not.
+and a small probe: one unfused run on the reference it is handed that checks
+the suggestion actually runs, trying a few larger sizes if it does not.
+
+`resolve_shapes` lives here, not in inputs.py: the exact inputs are made from
+its shapes, and its error is this module's suggestion.
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 from bisect_tui.core.errors import UserError
-from bisect_tui.core.inputs import InputValue, usable_dim_name, value_text
+from bisect_tui.core.inputs import InputValue, generate_inputs, usable_dim_name, value_text
 from bisect_tui.core.model import InputSpec, ModelInfo
+
+if TYPE_CHECKING:
+    from bisect_tui.api.reference import UnfusedReference
 
 BATCH_NAMES = {"batch", "batch_size", "batchsize", "bs", "n", "b", "num_batches"}
 HEIGHT_NAMES = {"height", "h", "img_h", "image_height", "in_h"}
@@ -106,6 +112,50 @@ def needs_value(info: ModelInfo) -> list[InputSpec]:
             and _norm(s.name) in SAMPLE_RATE_NAMES]
 
 
+def resolve_shapes(info: ModelInfo, shapes: dict[str, list[int]],
+                   values: Optional[dict[str, InputValue]] = None,
+                   reference: Optional["UnfusedReference"] = None) -> dict[str, list[int]]:
+    """Concrete shape of every input. Dynamic dims without a value are one error
+    naming every one of them, with a suggestion (that ran on `reference`, when given)."""
+    known = {s.name for s in info.inputs}
+    dim_names = {d for s in info.inputs for d in s.shape if usable_dim_name(d)}
+    for key in shapes:
+        if key not in known and key not in dim_names:
+            raise UserError(
+                f"--shape names {key!r}, which is neither an input ({', '.join(sorted(known))})"
+                + (f" nor a dim name ({', '.join(sorted(dim_names))})" if dim_names else "")
+            )
+    out: dict[str, list[int]] = {}
+    for spec in info.inputs:
+        if spec.name in shapes:
+            given = shapes[spec.name]
+            if len(given) != len(spec.shape):
+                raise UserError(
+                    f"--shape {spec.name}={'x'.join(map(str, given))} has rank {len(given)}, "
+                    f"but the model's input has rank {len(spec.shape)} ({spec.shape_text()})"
+                )
+            for axis, (g, d) in enumerate(zip(given, spec.shape)):
+                if isinstance(d, int) and d != g:
+                    raise UserError(
+                        f"--shape {spec.name}: axis {axis} is fixed to {d} in the model, got {g}"
+                    )
+            out[spec.name] = list(given)
+            continue
+        dims = []
+        for axis, d in enumerate(spec.shape):
+            if isinstance(d, int):
+                dims.append(d)
+            elif isinstance(d, str) and usable_dim_name(d) and d in shapes and len(shapes[d]) == 1:
+                dims.append(shapes[d][0])
+            else:
+                dims.append(None)
+        out[spec.name] = dims
+    missing = [(n, axis) for n, dims in out.items() for axis, d in enumerate(dims) if d is None]
+    if missing:
+        raise dynamic_inputs_error(info, shapes, values or {}, reference)
+    return out
+
+
 def _metadata(info: ModelInfo) -> dict[str, list[int]]:
     out = {}
     for p in info.model.metadata_props:
@@ -181,29 +231,21 @@ IMAGE_ALTERNATIVES = ((48, 320), (640, 640))
 _ALTERNATIVES = {AUDIO_CHUNK: (1024, 1536), TEXT_LEN: (64, 128)}
 
 
-def _short_error(exc: BaseException) -> str:
-    """ORT's message without its `[ONNXRuntimeError] : 1 : FAIL :` prefix and source paths."""
-    text = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-    text = re.sub(r"^\[ONNXRuntimeError\]\s*:\s*\d+\s*:\s*\w+\s*:\s*", "", text)
-    return text.split(" Status Message:")[0][:160]
-
-
 def probe_suggestion(info: ModelInfo, sug: Suggestion, shapes: dict[str, list[int]],
-          values: dict[str, InputValue], tries: int = 3) -> Suggestion:
-    """Run the suggestion once at ORT_DISABLE_ALL; on failure try a few larger
+                     values: dict[str, InputValue], reference: "UnfusedReference", tries: int = 3) -> Suggestion:
+    """Run the suggestion once unfused on `reference`; on failure try a few larger
     guessed sizes. Fills `sug.probe`; keeps the first suggestion that ran."""
     if info.initializer_bytes > PROBE_MAX_BYTES:
         sug.probe = "skipped: the model is large"
         return sug
-    from bisect_tui.core.inputs import generate_inputs, resolve_shapes
-    from bisect_tui.core.runner import make_session
+    from bisect_tui.core.groups import open_session
 
     try:
-        sess = make_session(info.model)
+        sess = open_session(reference, info.model)
     except UserError as exc:
         sug.probe = str(exc)
         return sug
-    names = [o.name for o in sess.get_outputs()]
+    names = sess.output_names()
     dyn = {(d.input, d.axis) for d in dynamic_dims(info, shapes)}
     specs = {s.name: s for s in info.inputs}
 
@@ -234,11 +276,11 @@ def probe_suggestion(info: ModelInfo, sug: Suggestion, shapes: dict[str, list[in
     last = ""
     for cand in candidates[:tries]:
         try:
-            full = resolve_shapes(info, {**shapes, **cand}, probe=False)
+            full = resolve_shapes(info, {**shapes, **cand})
             feeds = generate_inputs(info, full, 0, 1, values={**values, **sug.values}).feeds(0)
             sess.run(names, feeds)
         except Exception as exc:  # the engine's own words, first line only
-            last = _short_error(exc)
+            last = reference.error_text(exc)[:160]
             continue
         if cand is not sug.shapes:
             sizes = sorted({"x".join(str(cand[n][a]) for a in image_axes(n)) for n in cand if image_axes(n)})
@@ -253,9 +295,9 @@ def probe_suggestion(info: ModelInfo, sug: Suggestion, shapes: dict[str, list[in
 
 
 def dynamic_inputs_error(info: ModelInfo, shapes: dict[str, list[int]], values: dict[str, InputValue],
-                         probe: bool = True) -> "InputsNeedValues":
+                         reference: Optional["UnfusedReference"] = None) -> "InputsNeedValues":
     """One line naming every dynamic dim (and config input without a value), then a
-    suggestion the user can paste."""
+    suggestion the user can paste (checked by a probe on `reference`, when given)."""
     dims = dynamic_dims(info, shapes)
     by_input: dict[str, list[DynamicDim]] = {}
     for d in dims:
@@ -276,9 +318,9 @@ def dynamic_inputs_error(info: ModelInfo, shapes: dict[str, list[int]], values: 
             f"'{s.name}' ({s.dtype} {short_shape(s)}) looks like a sample rate that random integers would get wrong"
             for s in config)
     sug = suggest(info, shapes, values)
-    if probe:
-        sug = probe_suggestion(info, sug, shapes, values)
-    ran = {"ran": "; it ran in a quick probe on ONNX Runtime"}.get(sug.probe or "", "")
+    if reference is not None:
+        sug = probe_suggestion(info, sug, shapes, values, reference)
+    ran = f"; it ran in a quick probe on {reference.label}" if reference is not None and sug.probe == "ran" else ""
     if sug.probe and sug.probe != "ran":
         ran = (f"; it did not run in a quick probe: {sug.probe}" if not sug.probe.startswith("skipped")
                else f"; probe {sug.probe}")

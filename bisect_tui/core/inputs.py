@@ -84,51 +84,6 @@ def value_text(v: InputValue) -> str:
     return f"{v:g}" if isinstance(v, float) else str(v)
 
 
-def resolve_shapes(info: ModelInfo, shapes: dict[str, list[int]],
-                   values: Optional[dict[str, InputValue]] = None, probe: bool = True) -> dict[str, list[int]]:
-    """Concrete shape of every input. Dynamic dims without a value are one error
-    naming every one of them, with a suggestion that ran (see input_suggest)."""
-    known = {s.name for s in info.inputs}
-    dim_names = {d for s in info.inputs for d in s.shape if usable_dim_name(d)}
-    for key in shapes:
-        if key not in known and key not in dim_names:
-            raise UserError(
-                f"--shape names {key!r}, which is neither an input ({', '.join(sorted(known))})"
-                + (f" nor a dim name ({', '.join(sorted(dim_names))})" if dim_names else "")
-            )
-    out: dict[str, list[int]] = {}
-    for spec in info.inputs:
-        if spec.name in shapes:
-            given = shapes[spec.name]
-            if len(given) != len(spec.shape):
-                raise UserError(
-                    f"--shape {spec.name}={'x'.join(map(str, given))} has rank {len(given)}, "
-                    f"but the model's input has rank {len(spec.shape)} ({spec.shape_text()})"
-                )
-            for axis, (g, d) in enumerate(zip(given, spec.shape)):
-                if isinstance(d, int) and d != g:
-                    raise UserError(
-                        f"--shape {spec.name}: axis {axis} is fixed to {d} in the model, got {g}"
-                    )
-            out[spec.name] = list(given)
-            continue
-        dims = []
-        for axis, d in enumerate(spec.shape):
-            if isinstance(d, int):
-                dims.append(d)
-            elif isinstance(d, str) and usable_dim_name(d) and d in shapes and len(shapes[d]) == 1:
-                dims.append(shapes[d][0])
-            else:
-                dims.append(None)
-        out[spec.name] = dims
-    missing = [(n, axis) for n, dims in out.items() for axis, d in enumerate(dims) if d is None]
-    if missing:
-        from bisect_tui.core.input_suggest import dynamic_inputs_error
-
-        raise dynamic_inputs_error(info, shapes, values or {}, probe=probe)
-    return out
-
-
 def usable_dim_name(name: object) -> bool:
     """A dim name the user can give a value by (`--shape batch=1`). Exporters
     write placeholders such as '?' or '-1' for every unknown dim alike; those
@@ -175,6 +130,18 @@ class InputSet:
                     e["values"] = [bool(v) if a.dtype.kind == "b" else int(v) for v in distinct]
             out.append(e)
         return out
+
+
+def guessed_inputs_hint(inputs: InputSet) -> str:
+    """When the run fails, point at the inputs whose values were guessed: random
+    integers (a sample rate, a length) are the usual reason a real model refuses."""
+    how = inputs.source.get("how") or {}
+    guessed = [n for n, a in inputs.arrays.items()
+               if a.dtype.kind in "iub" and "random" in how.get(n, "") and "mask" not in how.get(n, "")]
+    if not guessed:
+        return ""
+    return ("; the values of " + ", ".join(f"'{n}'" for n in guessed) + " were random guesses: give real ones "
+            "with " + " ".join(f"--input-value {n}=VALUE" for n in guessed) + " or --input FILE.npz")
 
 
 def _gather_bound(info: ModelInfo, name: str) -> Optional[int]:

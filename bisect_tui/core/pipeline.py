@@ -26,19 +26,28 @@ from bisect_tui.core.cancel import CancelToken, Progress, ProgressFn, no_progres
 from bisect_tui.core.checks import check_determinism, check_ranges
 from bisect_tui.core.commandline import command_line
 from bisect_tui.core.errors import EngineBuildError, ExitCode, UserError
-from bisect_tui.core.input_suggest import check_config_inputs
+from bisect_tui.core.input_suggest import check_config_inputs, resolve_shapes
 from bisect_tui.core.inputs import (
     InputSet,
     generate_inputs,
     load_inputs,
-    resolve_shapes,
 )
 from bisect_tui.core.model import ModelInfo, load_model_info, save_prepared
 from bisect_tui.core.threads import cores
-from bisect_tui.core.runner import default_max_memory, set_engine_log
+from bisect_tui.core.engine_log import set_engine_log
+from bisect_tui.core.memory import default_max_memory
 from bisect_tui.core.session import Session, default_session_dir, now_iso, stable_key
 from bisect_tui.core.tolerance import ToleranceSpec, parse_tolerance
 from bisect_tui.api import EngineConfig
+
+
+def default_reference():
+    """The unfused FP32 reference when the caller names none: ONNX Runtime with
+    every optimization off. The one place core names it (the CLI and the
+    registry are where it belongs; moved there with the engine-neutral core)."""
+    from bisect_tui.engines.ort.unfused import OrtUnfused
+
+    return OrtUnfused()
 
 
 @dataclass
@@ -148,10 +157,13 @@ class Triage:
         progress: ProgressFn = no_progress,
         cancel: Optional[CancelToken] = None,
         engine=None,
+        reference=None,
     ):
         """`engine`: the engine object to use (tests inject one); by default
-        the registry's engine named by `opts.engine`."""
+        the registry's engine named by `opts.engine`. `reference`: the unfused
+        FP32 side (api.reference.UnfusedReference); by default `default_reference()`."""
         self.opts = opts
+        self.reference = reference if reference is not None else default_reference()
         self.progress = progress
         self.cancel = cancel or CancelToken()
         self.info: Optional[ModelInfo] = None
@@ -225,7 +237,7 @@ class Triage:
         if self.opts.input_file:
             root = self.opts.session_dir
         else:
-            self.shapes = resolve_shapes(info, self.opts.shapes, self.opts.input_values)
+            self.shapes = resolve_shapes(info, self.opts.shapes, self.opts.input_values, self.reference)
             check_config_inputs(info, self.opts.input_values, self.opts.input_ranges)
             root = self.opts.session_dir
         if root is None:  # a new shape or seed gets its own directory, never a lock message
@@ -314,12 +326,12 @@ class Triage:
             # the sensitivity check's 1-ulp run in the dump's own session: no session of its own
             from bisect_tui.core.checks import perturbed_runs
 
-            made.append(perturbed_runs(self.info.model, self.inputs, sess, list(self.info.outputs)))
+            made.append(perturbed_runs(self.reference, self.info.model, self.inputs, sess, list(self.info.outputs)))
 
         try:
             res = run_baseline(
                 self.info, self.session, self.inputs, self.shapes, self.max_memory,
-                self.cancel, self.progress, last_session=perturbed,
+                self.cancel, self.progress, last_session=perturbed, reference=self.reference,
             )
         except BaseException:
             if early is not None:
@@ -353,11 +365,11 @@ class Triage:
             return None
         from bisect_tui.core.baseline import baseline_key
         from bisect_tui.core.checks import SecondRun, determinism_plan
-        from bisect_tui.core.runner import model_sizes
+        from bisect_tui.core.groups import model_sizes
 
         assert self.info and self.session and self.inputs
         cached = self.session.read_json("determinism.json")
-        if cached and cached.get("baseline_key") == baseline_key(self.info, self.inputs):
+        if cached and cached.get("baseline_key") == baseline_key(self.info, self.inputs, self.reference):
             return None
         tensors = self.info.index.intermediate_tensors()
         sizes, _ = model_sizes(self.info, self.shapes)
@@ -370,7 +382,7 @@ class Triage:
         # the arbiter's float64 truth needs only the model and inputs: the second
         # process computes it next (the torch front end's truth comes from torch)
         truth = list(self.info.outputs) if self.opts.arbiter and self._torch is None else None
-        return SecondRun(self.session, groups, self.cancel, truth_outputs=truth)
+        return SecondRun(self.session, groups, self.cancel, truth_outputs=truth, reference=self.reference)
 
     def _fused_key(self, baseline_key: str, config: EngineConfig) -> str:
         return stable_key("fused/v4", baseline_key, self.opts.engine, self.opts.compare_tensors,
@@ -389,7 +401,8 @@ class Triage:
 
         config = self.opts.config
         cached = self.session.read_json("check.json")
-        if cached and cached.get("key") == self._fused_key(baseline_key(self.info, self.inputs), config):
+        base_key = baseline_key(self.info, self.inputs, self.reference)
+        if cached and cached.get("key") == self._fused_key(base_key, config):
             return
         from bisect_tui.core import background
 
@@ -416,22 +429,22 @@ class Triage:
         if cores() < 2 or not any(a.dtype.kind == "f" for a in self.inputs.arrays.values()):
             return
         from bisect_tui.core.baseline import baseline_key
-        from bisect_tui.core.runner import model_sizes
+        from bisect_tui.core.groups import model_sizes
 
         assert self.info and self.session and self.inputs
         sizes, _ = model_sizes(self.info, self.shapes)
         activations = sum(v or 0 for v in sizes.values()) * max(self.inputs.samples, 1)
         if activations > self.max_memory // 8 or self.info.initializer_bytes * 4 > self.max_memory // 8:
             return
-        key = self._sensitivity_key(baseline_key(self.info, self.inputs))
+        key = self._sensitivity_key(baseline_key(self.info, self.inputs, self.reference))
         cached = self.session.read_json("sensitivity.json")
         if cached and cached.get("key") == key:
             return
         from bisect_tui.core import background
         from bisect_tui.core.checks import perturbed_runs
 
-        self._sensitivity_runs = (key, background.start(perturbed_runs, self.info.model, self.inputs,
-                                                        name="sensitivity"))
+        self._sensitivity_runs = (key, background.start(perturbed_runs, self.reference, self.info.model,
+                                                        self.inputs, name="sensitivity"))
 
     def _take_sensitivity_runs(self, key: str):
         early, self._sensitivity_runs = self._sensitivity_runs, None
@@ -478,7 +491,7 @@ class Triage:
         started, self._second_run = self._second_run, None
         res = check_determinism(
             self.info, self.session, self.inputs, self.shapes, self.baseline.manifest,
-            self.max_memory, self.cancel, self.progress, started=started,
+            self.max_memory, self.cancel, self.progress, started=started, reference=self.reference,
         )
         self._drop_truth_source()
         if started is not None and started.truth_pending:
@@ -500,7 +513,7 @@ class Triage:
             return got
         from bisect_tui.core.reference import float64_outputs
 
-        return float64_outputs(self.info.model, self.inputs, outputs)
+        return float64_outputs(self.info.model, self.inputs, outputs, self.reference)
 
     # step 4 -----------------------------------------------------------------
     def run_range_check(self) -> dict:
@@ -587,7 +600,7 @@ class Triage:
         skey = self._sensitivity_key(self.baseline.manifest["key"])
         sensitivity = check_sensitivity(
             self.info, self.session, self.inputs, self.baseline.manifest, self.opts.tolerance, skey,
-            runs=self._take_sensitivity_runs(skey))
+            runs=self._take_sensitivity_runs(skey), reference=self.reference)
         result = {
             "key": key,
             "checked_at": now_iso(),
@@ -822,7 +835,7 @@ class Triage:
             "sensitivity": self.fused.get("sensitivity") if self.fused else None,
             "engine_error": self.fused.get("error") if self.fused else None,
             **({"precision_used": self.fused["precision_used"]} if (self.fused or {}).get("precision_used") else {}),
-            "versions": {**versions(), **self.engine.versions()},
+            "versions": {**versions(self.reference), **self.engine.versions()},
             # the settings as the user types them (the report shows these, not a dict)
             "command": {c: command_line(self.opts, c) for c in ("check", "bisect")},
             "framework": self.framework,

@@ -1,37 +1,35 @@
-"""The unfused side of every comparison, behind one small interface.
+"""The references every comparison is judged against, in core's hands.
 
-A *reference* computes tensors the fused engine is judged against. The tool
-has three: the ORT baseline (ORT_DISABLE_ALL, FP32: what the checklist dumps),
-a float64 truth (the same ONNX graph widened to double), and the framework
-itself (PyTorch forward hooks, in `bisect_tui.frontends.torch`). They share
-`run(feeds, tensors) -> {tensor: array}` so the arbiter and the cross-checks
-do not care which one they hold; each says by `name` (and, for the float64
-one, `ran_with`) what really computed its numbers.
+A *reference* computes tensors the fused engine is judged against
+(`api.reference.Reference`: `run(feeds, tensors) -> {tensor: array}`). Core
+has two of its own, built on what it is handed: `UnfusedModel`, the
+baseline's own path (the `UnfusedReference` the triage holds, one model, one
+sample) and `Float64Reference`, the same ONNX graph widened to double and run
+by onnx's reference evaluator (numpy: no engine, so it stays in core), with
+the unfused reference in double where the evaluator cannot run the graph. The
+framework's own (PyTorch forward hooks) lives in `bisect_tui.frontends.torch`.
+Each says by `name` (and the float64 one by `ran_with`) what really computed
+its numbers.
 """
 
 from __future__ import annotations
 
-from typing import Optional, Protocol, Sequence, runtime_checkable
+from typing import TYPE_CHECKING, Optional, Sequence
 
 import numpy as np
 import onnx
 from onnx import TensorProto, numpy_helper
 
+from bisect_tui.api.reference import Reference  # noqa: F401  (the protocol, where callers look for it)
 from bisect_tui.core.errors import UserError
 from bisect_tui.core.inputs import InputSet
 
-
-@runtime_checkable
-class Reference(Protocol):
-    name: str
-
-    def run(self, feeds: dict[str, np.ndarray], tensors: Sequence[str]) -> dict[str, np.ndarray]:
-        """One sample: graph inputs by name -> the requested tensors (no samples axis)."""
-        ...
+if TYPE_CHECKING:
+    from bisect_tui.api.reference import UnfusedReference
 
 
 class _Collect:
-    """A `runner.Sink` that keeps what it is given (one sample, one group)."""
+    """A `Sink` that keeps what it is given (one sample, one group)."""
 
     def __init__(self) -> None:
         self.arrays: dict[str, np.ndarray] = {}
@@ -43,23 +41,24 @@ class _Collect:
         pass
 
 
-class OrtUnfusedReference:
-    """The baseline's own path (runner.run_groups: ORT_DISABLE_ALL, CPU, FP32,
-    requested tensors marked) for one sample held in memory. The dump in the
-    session stays the source of truth for the checklist; this is for callers
-    that need a fresh value (a different input, a subset of tensors)."""
+class UnfusedModel:
+    """The baseline's own path (groups.run_groups on the unfused reference,
+    requested tensors marked) for one model and one sample held in memory. The
+    dump in the session stays the source of truth for the checklist; this is
+    for callers that need a fresh value (a different input, a subset of
+    tensors, an extracted region)."""
 
-    name = "onnxruntime unfused (ORT_DISABLE_ALL, FP32)"
-
-    def __init__(self, model: onnx.ModelProto):
+    def __init__(self, reference: "UnfusedReference", model: onnx.ModelProto):
+        self.reference = reference
         self.model = model
+        self.name = reference.name
 
     def run(self, feeds: dict[str, np.ndarray], tensors: Sequence[str]) -> dict[str, np.ndarray]:
-        from bisect_tui.core.runner import run_groups
+        from bisect_tui.core.groups import run_groups
 
         sink = _Collect()
         inputs = InputSet({k: np.asarray(v)[None] for k, v in feeds.items()})
-        run_groups(self.model, [list(tensors)], inputs, sink)
+        run_groups(self.reference, self.model, [list(tensors)], inputs, sink)
         return {t: sink.arrays[t] for t in tensors if t in sink.arrays}
 
 
@@ -96,18 +95,20 @@ def _first_line(exc: BaseException) -> str:
 
 class Float64Reference:
     """The ONNX graph in float64: onnx's reference evaluator first (numpy,
-    every standard op, no kernel shortcuts); ORT in double where the evaluator
-    cannot run the graph (contrib ops, an op it lacks). `ran_with` says which
-    computed the last result, and `fallback_reason` why the first one did not."""
+    every standard op, no kernel shortcuts); the unfused reference `fallback`
+    in double where the evaluator cannot run the graph (contrib ops, an op it
+    lacks). `ran_with` says which computed the last result, and
+    `fallback_reason` why the first one did not."""
 
     name = "float64 truth"
 
-    def __init__(self, model: onnx.ModelProto):
+    def __init__(self, model: onnx.ModelProto, fallback: Optional["UnfusedReference"] = None):
         self.model64 = to_float64(model)
+        self.fallback = fallback
         self.ran_with: Optional[str] = None
         self.fallback_reason: Optional[str] = None
         self._evaluator = None
-        self._ort = None
+        self._session = None
 
     @staticmethod
     def _widen(feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -117,7 +118,7 @@ class Float64Reference:
     def run(self, feeds: dict[str, np.ndarray], tensors: Sequence[str]) -> dict[str, np.ndarray]:
         f64 = self._widen(feeds)
         names = list(tensors)
-        if self._ort is None:
+        if self._session is None:
             try:
                 if self._evaluator is None:
                     from onnx.reference import ReferenceEvaluator
@@ -128,29 +129,32 @@ class Float64Reference:
                 return dict(zip(names, (np.asarray(o) for o in outs)))
             except Exception as exc:
                 self.fallback_reason = f"onnx reference evaluator: {_first_line(exc)}"
+        if self.fallback is None:
+            raise UserError("no float64 truth for this model: " + (self.fallback_reason or "no evaluator"))
         try:
             from bisect_tui.core.graph import mark_outputs
-            from bisect_tui.core.runner import make_session
+            from bisect_tui.core.groups import open_session
 
-            if self._ort is None:
+            if self._session is None:
                 extra = [t for t in names if t not in {o.name for o in self.model64.graph.output}]
                 marked = mark_outputs(self.model64, extra) if extra else self.model64
-                self._ort = make_session(marked, "disable")
-            outs = self._ort.run(names, f64)
-            self.ran_with = "onnxruntime in double (ORT_DISABLE_ALL)"
+                self._session = open_session(self.fallback, marked)
+            outs = self._session.run(names, f64)
+            self.ran_with = f"{self.fallback.library} in double ({self.fallback.mode})"
             return dict(zip(names, outs))
         except (UserError, Exception) as exc:
             raise UserError(
                 "no float64 truth for this model: "
                 + (self.fallback_reason + "; " if self.fallback_reason else "")
-                + f"onnxruntime in double: {_first_line(exc)}"
+                + f"{self.fallback.library} in double: {_first_line(exc)}"
             ) from None
 
 
-def float64_outputs(model: onnx.ModelProto, inputs, outputs: Sequence[str]):
+def float64_outputs(model: onnx.ModelProto, inputs, outputs: Sequence[str],
+                    fallback: Optional["UnfusedReference"] = None):
     """The graph `outputs` in float64 for every sample of `inputs`, stacked on a
     samples axis: (arrays by name, what computed them, why the first evaluator did not)."""
-    ref = Float64Reference(model)
+    ref = Float64Reference(model, fallback)
     runs = [ref.run(inputs.feeds(k), outputs) for k in range(inputs.samples)]
     return ({n: np.stack([np.asarray(r[n]) for r in runs]) for n in outputs}, ref.ran_with,
             ref.fallback_reason)

@@ -1,27 +1,44 @@
 """The determinism check's second baseline run, in a fresh process.
 
-Two runs in one process share what a process holds once: ONNX Runtime's
-random seed for unseeded RandomNormal/Dropout, thread pools, allocator state.
-An unseeded random op then gives the same values twice and the baseline is
-declared deterministic, so a later run "finds" a fusion failure that is only
-noise. The second run is therefore this module's `main`, started as
-`python -m bisect_tui.core.second_run SESSION PLAN.json`: it reads the
-session's prepared model and exact inputs, runs the planned groups, and prints
-one JSON line per group (progress) and a last line with every tensor's SHA-256.
+Two runs in one process share what a process holds once: the unfused
+library's random seed for unseeded RandomNormal/Dropout, thread pools,
+allocator state. An unseeded random op then gives the same values twice and
+the baseline is declared deterministic, so a later run "finds" a fusion
+failure that is only noise. The second run is therefore this module's
+`main`, started as `python -m bisect_tui.core.second_run SESSION PLAN.json
+REFERENCE`: it makes the reference again from its spec, reads the session's
+prepared model and exact inputs, runs the planned groups, and prints one JSON
+line per group (progress) and a last line with every tensor's SHA-256.
+`SecondRun` is this process's side: it starts the child, hands it the plan
+and reads its lines.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import queue
 import sys
+import time
 from pathlib import Path
+from typing import TYPE_CHECKING, Optional
+
+import numpy as np
+
+from bisect_tui.core.cancel import CancelToken, Progress, ProgressFn, no_progress
+from bisect_tui.core.errors import UserError
+
+if TYPE_CHECKING:
+    from bisect_tui.api.reference import UnfusedReference
+    from bisect_tui.core.session import Session
 
 
-def prestart() -> None:
+def prestart(reference_spec: Optional[str] = None) -> None:
     """Start the second run's interpreter now, before this process has even
-    imported its libraries: it imports numpy, onnx and ONNX Runtime while this
-    one does, then waits on its stdin for the session and plan (SecondRun hands
-    them over). Unused, it exits when this process does (its stdin closes)."""
+    imported its libraries: it imports numpy, onnx and the reference's library
+    (`reference_spec`, see `load_reference`) while this one does, then waits on
+    its stdin for the session and plan (SecondRun hands them over). Unused, it
+    exits when this process does (its stdin closes)."""
     import subprocess
 
     from bisect_tui.core.threads import cores
@@ -29,7 +46,8 @@ def prestart() -> None:
     if cores() < 2 or _PRESTARTED:
         return  # one core: the child would only slow this process down
     try:
-        proc = subprocess.Popen([sys.executable, "-m", "bisect_tui.core.second_run", "--stdin"],
+        proc = subprocess.Popen([sys.executable, "-m", "bisect_tui.core.second_run", "--stdin",
+                                 *([reference_spec] if reference_spec else [])],
                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 text=True, env=child_env())
     except OSError:
@@ -58,21 +76,248 @@ def take_prestarted():
     return None
 
 
-def main(argv: list[str]) -> int:
-    import numpy as np
+class SecondRun:
+    """The baseline's groups run again in a new Python process (this module's
+    `main`), which prints every tensor's SHA-256.
 
-    from bisect_tui.core.checks import HashSink
+    It needs nothing from the first run, so it may start before the baseline
+    dump and run beside it on another core; `collect` waits for its digests.
+    Cancellable at any time; errors are one line."""
+
+    def __init__(self, session: "Session", groups: list[list[str]], cancel: Optional[CancelToken],
+                 truth_outputs: Optional[list[str]] = None, *, reference: "UnfusedReference"):
+        """`reference`: what the child runs the groups on (it makes its own from
+        `reference.spec`). `truth_outputs`: after the digests, the child also runs
+        the model in float64 (the arbiter's truth, which needs nothing from the
+        engine) for these graph outputs, on its own core while this process judges
+        the engine; `truth()` reads it."""
+        import atexit
+        import os
+        import subprocess
+        import tempfile
+        import threading
+
+        from bisect_tui.core import atomic
+
+        self.groups = groups
+        self.cancel = cancel or CancelToken()
+        tmp_dir = session.path("tmp")
+        tmp_dir.mkdir(parents=True, exist_ok=True)
+        fd, self.plan_path = tempfile.mkstemp(prefix="determinism-plan-", suffix=".json", dir=tmp_dir)
+        os.close(fd)
+        self.truth_path = self.plan_path[: -len(".json")] + ".truth.npz"
+        self.truth_outputs = list(truth_outputs) if truth_outputs else None
+        plan: dict = {"groups": groups}  # the session holds the model and the exact inputs
+        if self.truth_outputs:
+            plan["truth"] = {"outputs": self.truth_outputs, "file": self.truth_path}
+        atomic.write_json(Path(self.plan_path), plan)
+        cmd = [sys.executable, "-m", "bisect_tui.core.second_run", str(session.root), self.plan_path,
+               reference.spec]
+        try:
+            waiting = take_prestarted()
+            if waiting is not None:
+                try:  # the interpreter started at launch: hand it this run
+                    assert waiting.stdin is not None
+                    waiting.stdin.write(json.dumps(cmd[-3:]) + "\n")
+                    waiting.stdin.close()
+                except (OSError, ValueError):
+                    waiting.kill()
+                    waiting.wait()
+                    waiting = None
+            self.proc = waiting or subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                                    text=True, stdin=subprocess.DEVNULL, env=child_env())
+        except BaseException:
+            self._unlink_plan()
+            raise
+        self._done = False
+        # both pipes are drained from the start: a child started early must never
+        # block on a full pipe while this process is still dumping
+        self.lines: "queue.Queue[Optional[str]]" = queue.Queue()
+        self.stderr_parts: list[str] = []
+
+        def read_out() -> None:
+            assert self.proc.stdout is not None
+            for line in self.proc.stdout:
+                self.lines.put(line)
+            self.lines.put(None)
+
+        def read_err() -> None:
+            assert self.proc.stderr is not None
+            self.stderr_parts.append(self.proc.stderr.read())
+
+        def watch() -> None:  # a cancel stops the child even while it is silent
+            while self.proc.poll() is None and not self._done:
+                if self.cancel.cancelled:
+                    self.proc.kill()
+                    return
+                time.sleep(0.05)
+
+        atexit.register(self.abort)  # never an orphan, whatever stops this process
+        self._readers = [threading.Thread(target=f, daemon=True) for f in (read_out, read_err)]
+        for t in self._readers:
+            t.start()
+        threading.Thread(target=watch, daemon=True).start()
+
+    def _unlink_plan(self) -> None:
+        """The plan and the truth file go; also the truth's `.part` of a child
+        killed while it wrote it (called once the child is reaped)."""
+        import os
+
+        for f in (self.plan_path, self.truth_path, self.truth_path + ".part"):
+            try:
+                os.unlink(f)
+            except OSError:
+                pass
+
+    @property
+    def truth_pending(self) -> bool:
+        """The digests are in and the child is still working on the float64 truth."""
+        return bool(self.truth_outputs) and not self._done
+
+    def _next_message(self) -> Optional[dict]:
+        """The child's next JSON line (None at its end or on cancel)."""
+        while True:
+            try:
+                line = self.lines.get(timeout=0.1)
+            except queue.Empty:
+                if self.cancel.cancelled:
+                    return None
+                continue
+            if line is None or self.cancel.cancelled:
+                return None
+            try:
+                return json.loads(line)
+            except ValueError:
+                continue
+
+    def truth(self) -> Optional[tuple[dict, Optional[str], Optional[str]]]:
+        """(arrays by output name, what computed them, why the first evaluator did not)
+        from the child; None when it gave none (it died: the caller computes it).
+        A model with no float64 truth raises the child's one-line UserError."""
+        if not self.truth_pending:
+            return None
+        msg = None
+        try:
+            while msg is None:
+                m = self._next_message()
+                if m is None:
+                    break
+                if "truth" in m or "truth_error" in m:
+                    msg = m
+            arrays = None
+            if msg is not None and "truth" in msg:
+                try:
+                    with np.load(self.truth_path, allow_pickle=False) as z:
+                        arrays = {n: z[f"o{i}"] for i, n in enumerate(self.truth_outputs or [])}
+                except (OSError, ValueError, KeyError):
+                    msg = None  # the file did not survive (a sweep, a full disk): computed here
+        finally:
+            self._end(kill=msg is None)
+        self.cancel.check()
+        if msg is None:
+            return None
+        if "truth_error" in msg:
+            raise UserError(msg["truth_error"])
+        return arrays, msg["truth"].get("ran_with"), msg["truth"].get("fallback_reason")
+
+    def abort(self) -> None:
+        """Not needed after all (or the run around it failed): stop the child."""
+        if not self._done:
+            self._end(kill=True)
+
+    def _end(self, kill: bool) -> str:
+        """Done with the child: stopped first when `kill` (it still owes something
+        nobody will read), then reaped; its stderr."""
+        import atexit
+
+        self._done = True
+        atexit.unregister(self.abort)
+        if kill and self.proc.poll() is None:
+            self.proc.kill()
+        return self._finish()
+
+    def _finish(self) -> str:
+        self.proc.wait()
+        for t in self._readers:
+            t.join(timeout=10)
+        for f in (self.proc.stdout, self.proc.stderr):
+            if f is not None:
+                f.close()
+        self._unlink_plan()
+        return "".join(self.stderr_parts)
+
+    def collect(self, progress: ProgressFn = no_progress) -> dict[str, str]:
+        digests: Optional[dict] = None
+        error = None
+        stderr = ""
+        try:
+            while True:
+                msg = self._next_message()
+                if msg is None:
+                    break
+                if "progress" in msg:
+                    progress(Progress("determinism", f"second run (fresh process): {msg['progress']}",
+                                      msg.get("done", 0), msg.get("total", 0)))
+                elif "digests" in msg:
+                    digests = msg["digests"]
+                    if self.truth_outputs:
+                        break  # the child goes on with the float64 truth: truth() reads it
+                elif "error" in msg:
+                    error = msg["error"]
+        finally:
+            keep = digests is not None and bool(self.truth_outputs) and not self.cancel.cancelled
+            if not keep:
+                stderr = self._end(kill=self.cancel.cancelled or digests is None)
+        self.cancel.check()
+        if error:
+            raise UserError(error)
+        if digests is None:
+            last = (stderr or "").strip().splitlines()
+            raise RuntimeError("the determinism check's second run (a fresh process) failed: "
+                               + (last[-1] if last else f"exit code {self.proc.returncode}"))
+        return digests
+
+
+def load_reference(spec: str) -> "UnfusedReference":
+    """The reference named by its `spec` ("module:attribute", a module of this
+    tool), made again in this process: the parent passes the one it holds."""
+    import importlib
+
+    module, _, attr = spec.partition(":")
+    if not module.startswith("bisect_tui.") or not attr.isidentifier():
+        raise UserError(f"the second run was handed {spec!r}, not a reference of this tool")
+    return getattr(importlib.import_module(module), attr)()
+
+
+class HashSink:
+    """SHA-256 of each tensor over all samples, the digest the manifest records."""
+
+    def __init__(self):
+        self.hashes: dict[str, "hashlib._Hash"] = {}
+        self.digests: dict[str, str] = {}
+
+    def write(self, tensor: str, sample: int, array: np.ndarray) -> None:
+        self.hashes.setdefault(tensor, hashlib.sha256()).update(
+            np.ascontiguousarray(array).tobytes()
+        )
+
+    def end(self, tensor: str) -> None:
+        self.digests[tensor] = self.hashes.pop(tensor).hexdigest()
+
+
+def main(argv: list[str]) -> int:
+    from bisect_tui.core.groups import run_groups
     from bisect_tui.core.inputs import InputSet
-    from bisect_tui.core.runner import run_groups
     from bisect_tui.core.session import Session
 
-    if argv == ["--stdin"]:
-        import onnxruntime  # noqa: F401  (imported while waiting, not after)
-
+    if argv[:1] == ["--stdin"]:
+        if argv[1:]:  # the reference's library imported while waiting, not after
+            load_reference(argv[1]).warm_up()
         line = sys.stdin.readline()
         if not line.strip():
             return 0  # not needed after all
         argv = json.loads(line)
+    reference = load_reference(argv[2])
     session = Session(Path(argv[0]))
     with open(argv[1], encoding="utf-8") as fh:
         plan = json.load(fh)
@@ -84,13 +329,13 @@ def main(argv: list[str]) -> int:
     def progress(p) -> None:
         print(json.dumps({"progress": p.message, "done": p.done, "total": p.total}), flush=True)
 
-    # marked untyped (types=None): ORT types each output from its node, so this
-    # process needs no shape inference of its own
-    run_groups(model, plan["groups"], inputs, sink, None, None, progress, "determinism")
+    # marked untyped (types=None): the session types each output from its node,
+    # so this process needs no shape inference of its own
+    run_groups(reference, model, plan["groups"], inputs, sink, None, None, progress, "determinism")
     print(json.dumps({"digests": sink.digests}), flush=True)
     truth = plan.get("truth")
     if truth:
-        _float64_truth(model, inputs, truth["outputs"], truth["file"])
+        _float64_truth(model, inputs, truth["outputs"], truth["file"], reference)
     return 0
 
 
@@ -98,10 +343,8 @@ def _load_prepared(path: Path):
     """The session's prepared model, which the parent checked and wrote: read,
     not checked and indexed again (the checker, the index and the shape
     inference were a quarter of this process's work on a 5,000-node model).
-    ONNX Runtime still validates it when the session is made."""
+    The reference still validates it when the session is made."""
     import onnx
-
-    from bisect_tui.core.errors import UserError
 
     try:
         return onnx.load(str(path), load_external_data=True)
@@ -110,19 +353,16 @@ def _load_prepared(path: Path):
         raise UserError(f"the second run could not read the session's model: {text}") from None
 
 
-def _float64_truth(model, inputs, outputs: list[str], dest: str) -> None:
+def _float64_truth(model, inputs, outputs: list[str], dest: str, reference: "UnfusedReference") -> None:
     """The arbiter's float64 run of the whole model (it needs no engine), while
     the parent judges the engine; the arrays go to `dest` (in the session's tmp/),
     one line says what computed them."""
     import os
 
-    import numpy as np
-
-    from bisect_tui.core.errors import UserError
     from bisect_tui.core.reference import float64_outputs
 
     try:
-        arrays, ran_with, fallback_reason = float64_outputs(model, inputs, outputs)
+        arrays, ran_with, fallback_reason = float64_outputs(model, inputs, outputs, reference)
     except UserError as exc:
         print(json.dumps({"truth_error": str(exc)}), flush=True)
         return
@@ -135,7 +375,7 @@ def _float64_truth(model, inputs, outputs: list[str], dest: str) -> None:
 
 def _exit_now(code: int) -> None:
     """Everything this process owes is on stdout (flushed): exit without tearing
-    down ONNX Runtime and the model, 40 ms the parent would otherwise wait for."""
+    down the reference's library and the model, 40 ms the parent would otherwise wait for."""
     import os
 
     try:
@@ -147,8 +387,6 @@ def _exit_now(code: int) -> None:
 
 
 if __name__ == "__main__":
-    from bisect_tui.core.errors import UserError
-
     try:
         code = main(sys.argv[1:])
     except UserError as exc:

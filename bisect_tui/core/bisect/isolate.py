@@ -1,9 +1,9 @@
 """Isolation and proof: the culprit's original nodes as a standalone model.
 
 The subgraph is fed the baseline's *own* tensors (so nothing upstream is
-involved) and run three ways: unfused FP32 (ORT_DISABLE_ALL), fused (the
-engine config under test) and a float64 ground truth (onnx's reference
-evaluator on a float64 copy). Only then can a report say whether the fused op
+involved) and run three ways: unfused FP32 (the triage's unfused reference,
+as the baseline), fused (the engine config under test) and a float64 ground
+truth (onnx's reference evaluator on a float64 copy). Only then can a report say whether the fused op
 is really further from the truth than the unfused FP32 ops, and by how much.
 """
 
@@ -18,12 +18,12 @@ import onnx
 from onnx import helper
 
 from bisect_tui.core import atomic
-from bisect_tui.core.baseline import load_tensor, manifest_index
+from bisect_tui.core.baseline_store import load_tensor, manifest_index
 from bisect_tui.core.bisect.units import Unit
 from bisect_tui.core.errors import EnvironmentFault, UserError
 from bisect_tui.core.graph import node_inputs
 from bisect_tui.core.metrics import compare
-from bisect_tui.core.reference import Float64Reference, OrtUnfusedReference
+from bisect_tui.core.reference import Float64Reference, UnfusedModel
 from bisect_tui.core.tolerance import judge_arrays
 
 # the torch minifier's rule: an optimized result is "worse" when its error
@@ -72,10 +72,12 @@ def value_types(triage) -> dict[str, tuple[str, list[int]]]:
     return types
 
 
-def float64_truth(sub: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> tuple[Optional[dict], str]:
-    """The float64 reference (core/reference.py) on one sample of a subgraph:
-    (outputs, what computed them), or (None, why not)."""
-    ref = Float64Reference(sub)
+def float64_truth(sub: onnx.ModelProto, feeds: dict[str, np.ndarray],
+                  fallback=None) -> tuple[Optional[dict], str]:
+    """The float64 reference (core/reference.py) on one sample of a subgraph,
+    `fallback` (the unfused reference) in double where the evaluator cannot run
+    it: (outputs, what computed them), or (None, why not)."""
+    ref = Float64Reference(sub, fallback)
     names = [o.name for o in sub.graph.output]
     try:
         return ref.run(feeds, names), ref.ran_with or "float64"
@@ -122,13 +124,13 @@ def isolate(triage, units: list[Unit], config, out_dir: Path) -> dict:
 
     stacked = {i: np.asarray(feed_array(i)) for i in sub_inputs}
     samples = triage.inputs.samples
-    unfused = OrtUnfusedReference(sub)  # the baseline's own path, on the extracted region
+    unfused = UnfusedModel(triage.reference, sub)  # the baseline's own path, on the extracted region
     res_unfused, res_truth = [], []
     truth_how = ""
     for k in range(samples):
         feeds = {i: np.asarray(a[k], order="C") for i, a in stacked.items()}
         res_unfused.append(unfused.run(feeds, outputs))
-        truth, truth_how = float64_truth(sub, feeds)
+        truth, truth_how = float64_truth(sub, feeds, triage.reference)
         res_truth.append(truth)
     atomic.save_npz(out_dir / "inputs.npz", stacked)
     atomic.save_npz(out_dir / "expected.npz", {o: np.stack([r[o] for r in res_unfused]) for o in outputs})

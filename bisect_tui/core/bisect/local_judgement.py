@@ -18,12 +18,12 @@ from typing import Optional
 import numpy as np
 
 from bisect_tui.core import atomic
-from bisect_tui.core.baseline import load_tensor, manifest_index
+from bisect_tui.core.baseline_store import load_tensor, manifest_index
 from bisect_tui.core.bisect.isolate import extract_subgraph, float64_truth
 from bisect_tui.core.bisect.units import Unit
 from bisect_tui.core.cancel import Progress
 from bisect_tui.core.errors import EngineBuildError
-from bisect_tui.core.runner import make_session
+from bisect_tui.core.groups import open_session
 
 # a fused unit is wrong when its error vs float64 exceeds the unfused FP32
 # error by this factor (reordering FP32 arithmetic stays within ~1-3x)
@@ -112,8 +112,8 @@ def _judge_batched(triage, units: list[Unit], config, out_dir: Path, factor: flo
     feed = _baseline_feeder(triage)
 
     built = triage.engine.build(path, config, (), None)
-    unfused = make_session(model, "disable")
-    names = [o.name for o in unfused.get_outputs()]
+    unfused = open_session(triage.reference, model)
+    names = unfused.output_names()
     err = {u.index: [0.0, 0.0, 0.0] for u in units}
     try:
         for k in range(triage.inputs.samples):
@@ -121,7 +121,7 @@ def _judge_batched(triage, units: list[Unit], config, out_dir: Path, factor: flo
             feeds = {b: np.ascontiguousarray(feed(t)[k]) for b, t in feeds_of.items()}
             uo = dict(zip(names, unfused.run(names, feeds)))
             fo = built.run(feeds)
-            truth, how = float64_truth(model, feeds)
+            truth, how = float64_truth(model, feeds, triage.reference)
             if truth is None:
                 raise RuntimeError(how)
             for u in units:
@@ -179,8 +179,8 @@ def _judge_each(triage, units: list[Unit], config, out_dir: Path, factor: float)
         except EngineBuildError as exc:
             rows.append({**row, "verdict": "worse", "ratio": math.inf, "why": f"fused subgraph does not build: {exc}"})
             continue
-        unfused = make_session(sub, "disable")
-        names = [o.name for o in unfused.get_outputs()]
+        unfused = open_session(triage.reference, sub)
+        names = unfused.output_names()
         fused_err = unfused_err = scale = 0.0
         truth_how = ""
         try:
@@ -188,7 +188,7 @@ def _judge_each(triage, units: list[Unit], config, out_dir: Path, factor: float)
                 feeds = {i: np.ascontiguousarray(a[k]) for i, a in stacked.items()}
                 uo = dict(zip(names, unfused.run(names, feeds)))
                 fo = built.run(feeds)
-                truth, truth_how = float64_truth(sub, feeds)
+                truth, truth_how = float64_truth(sub, feeds, triage.reference)
                 if truth is None:
                     break
                 for o in u.outputs:

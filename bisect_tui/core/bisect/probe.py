@@ -1,10 +1,10 @@
 """The fused-graph probe: the error at every fusion boundary in one run.
 
 The engine's observer sees the tensors the fused program itself computes,
-without undoing a fusion (ORT: its saved optimized graph reloaded at
-ORT_DISABLE_ALL reproduces the fused session exactly and its surviving tensors
-can be marked; OpenVINO: extra outputs at its runtime graph's own layer
-boundaries). Comparing each surviving tensor with its baseline twin tells, for
+without undoing a fusion (the engine's observer: for instance a saved
+optimized graph reloaded unfused, which reproduces the fused session exactly
+and whose surviving tensors can be marked, or extra outputs at a runtime
+graph's own layer boundaries). Comparing each surviving tensor with its baseline twin tells, for
 every fused node, whether its inputs were still within tolerance while its
 outputs were not (its own error) or whether it only passes on error from
 upstream (inherited).
@@ -16,10 +16,11 @@ from typing import Optional
 
 import numpy as np
 
-from bisect_tui.core.baseline import load_tensor, manifest_index
+from bisect_tui.core.baseline_store import load_tensor, manifest_index
 from bisect_tui.core.bisect.units import Unit
 from bisect_tui.core.cancel import Progress
-from bisect_tui.core.runner import plan_groups, release_memory
+from bisect_tui.core.groups import plan_groups
+from bisect_tui.core.memory import release_memory
 from bisect_tui.core.tolerance import judge_many
 
 

@@ -8,7 +8,7 @@ fusions blocked" step shows it). The same question costs far less as:
 1. the suspect's original nodes extracted as a model, fed the baseline's own
    tensors, built and run through the engine under test (a build of a few
    nodes, not thousands: on TensorRT seconds instead of minutes);
-2. the rest of the graph run unfused (the reference: ORT_DISABLE_ALL, as the
+2. the rest of the graph run unfused (the triage's unfused reference, as the
    baseline) from the suspect's fused outputs to the model's outputs;
 3. the model's outputs judged at the user's tolerance, like any step.
 
@@ -31,7 +31,7 @@ import onnx
 from onnx import helper
 
 from bisect_tui.core import atomic
-from bisect_tui.core.baseline import load_tensor
+from bisect_tui.core.baseline_store import load_tensor, reference_output
 from bisect_tui.core.bisect.isolate import extract_subgraph, value_types
 from bisect_tui.core.bisect.units import Unit
 from bisect_tui.core.graph import node_inputs
@@ -156,19 +156,17 @@ def suspect_on_subgraph(bis, unit: Unit, config, out_dir: Path) -> Optional[dict
         return None
     finally:
         built.close()
-    from bisect_tui.core.reference import OrtUnfusedReference
+    from bisect_tui.core.reference import UnfusedModel
 
     try:
         down = downstream_model(t.info.model, unit, types, t.info.index.order)
     except KeyError:
         return None  # an upstream tensor of unknown type (not in the baseline)
-    rest = OrtUnfusedReference(down) if len(down.graph.node) else None
+    rest = UnfusedModel(t.reference, down) if len(down.graph.node) else None
     own = set(unit.outputs) | {i.name for i in t.info.model.graph.input}
     upstream = [i.name for i in down.graph.input if i.name not in own]
     names = list(t.info.outputs)
     computed = [o.name for o in down.graph.output]
-    from bisect_tui.core.baseline import reference_output
-
     try:
         up = {i: baseline(i) for i in upstream}
         unchanged = {n: reference_output(t.info, t.session, t.baseline.manifest, t.inputs, n)

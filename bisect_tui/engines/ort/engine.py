@@ -66,7 +66,7 @@ class OrtEngine(EngineBase):
         it once, with its tensor names and types, for the marked builds."""
         import onnxruntime
 
-        from bisect_tui.core.runner import quiet_ort
+        from bisect_tui.engines.ort.unfused import quiet_ort
 
         quiet_ort()
         onnxruntime.get_available_providers()

@@ -208,7 +208,7 @@ class OrtObserver:
         return list(dict.fromkeys(o for n in self.model.graph.node for o in n.output if o))
 
     def observe(self, feeds: dict[str, np.ndarray], tensors) -> dict[str, np.ndarray]:
-        from bisect_tui.core.runner import make_session
+        from bisect_tui.engines.ort.unfused import make_session
 
         group = tuple(tensors)
         if group != self._group:
@@ -365,13 +365,13 @@ def _build_in(
     tmp_opt = workdir / f".optimized_{key}.{uuid.uuid4().hex[:8]}.onnx"
     so.optimized_model_filepath = str(tmp_opt)
     so.enable_cpu_mem_arena = False  # dumps of many tensors must stay memory bounded
-    from bisect_tui.core.runner import NO_SPIN
+    from bisect_tui.engines.ort.unfused import NO_SPIN
 
     if NO_SPIN[0] not in {str(k) for k, _ in config.config_entries}:  # the user's own value wins
         so.add_session_config_entry(*NO_SPIN)  # spinning pool threads took CPU from the other builds
     # FATAL only: ORT's warnings ("NCHWc model is hardware specific") and coloured ERROR
     # lines would garble the TUI and print before our one-line error (which says it all)
-    from bisect_tui.core.runner import ORT_QUIET, quiet_ort
+    from bisect_tui.engines.ort.unfused import ORT_QUIET, quiet_ort
 
     quiet_ort()
     so.log_severity_level = ORT_QUIET

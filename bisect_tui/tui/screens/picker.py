@@ -243,14 +243,14 @@ class PickerScreen(Screen):
                 opts = options_from_session(path, get_engine)
                 self.app.post_message(Picked(opts, True))
             else:
-                from bisect_tui.core.input_suggest import check_config_inputs
-                from bisect_tui.core.inputs import resolve_shapes
+                from bisect_tui.core.input_suggest import check_config_inputs, resolve_shapes
                 from bisect_tui.core.model import load_model_info
+                from bisect_tui.core.pipeline import default_reference
 
                 opts = options_for(path, flags)
                 info = load_model_info(path)
                 if not opts.input_file:
-                    resolve_shapes(info, opts.shapes, opts.input_values)
+                    resolve_shapes(info, opts.shapes, opts.input_values, default_reference())
                     check_config_inputs(info, opts.input_values, opts.input_ranges)
                 self.app.post_message(Picked(opts, False))
         except InputsNeedValues as exc:

@@ -1,0 +1,103 @@
+"""The memory budget: how much the process may hold, and giving it back.
+
+Marking every activation at once makes an unfused session keep all of them
+alive: the peak is the sum of all activations (several GB on real models).
+The baseline and the determinism run therefore split tensors into groups that
+fit a budget derived from `--max-memory` and what the process already holds.
+"""
+
+from __future__ import annotations
+
+import gc
+import math
+
+from bisect_tui.core.errors import UserError
+
+MB = 1 << 20
+# Pages a first run adds on top of the idle process (the reference's kernels'
+# code and scratch buffers): ~50 MB measured with bench/baseline_memory.py.
+RUN_ALLOWANCE = 64 * MB
+# below this a group's arrays are too small for a trim to give anything back
+RELEASE_AFTER_BYTES = 32 << 20
+
+
+def memory_budget_warning(max_memory: int, floor: int, needed: int, largest: int) -> str:
+    """A budget the process already (nearly) fills leaves room for one tensor per
+    group: correct, but a fresh session per tensor is many times slower. Say so."""
+    if largest <= 0 or max_memory - needed >= 2 * largest:
+        return ""
+    return (f"--max-memory {max_memory / MB:.0f} MB is below what the process needs before dumping "
+            f"({floor / MB:.0f} MB already held, {needed / MB:.0f} MB with the model and engine): tensors "
+            f"will be dumped one per group, which is much slower; give at least "
+            f"--max-memory {int((needed + 8 * largest) / MB) + 1}M")
+
+
+def default_max_memory() -> int:
+    """A quarter of the memory available now, clamped to [256 MB, 16 GB]."""
+    try:
+        import psutil
+
+        avail = psutil.virtual_memory().available
+    except Exception:
+        avail = 4 << 30
+    return int(min(max(avail // 4, 256 * MB), 16 << 30))
+
+
+def parse_memory(text: str) -> int:
+    """`2G`, `512M`, `1.5GB`, `1000000` -> bytes."""
+    t = text.strip().upper().removesuffix("B").removesuffix("I")
+    mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+    try:
+        value = float(t[:-1]) * mult[t[-1]] if t and t[-1] in mult else float(t)
+    except ValueError:
+        raise UserError(f"bad memory size {text!r}: use e.g. 512M or 2G") from None
+    if not math.isfinite(value) or value < 1 * MB:
+        raise UserError(f"bad memory size {text!r}: it must be a finite size of at least 1M (e.g. 512M or 2G)")
+    return int(value)
+
+
+def process_floor() -> int:
+    try:
+        import psutil
+
+        return psutil.Process().memory_info().rss
+    except Exception:
+        return 0
+
+
+def activation_budget(max_memory: int, weight_bytes: int, sizes: dict) -> int:
+    """How many bytes of marked tensors one group may hold so that the whole
+    process stays near `max_memory`.
+
+    Subtracted: what the process already holds (Python, the reference's library,
+    numpy, inputs), the weights twice (our model proto and the session's copy),
+    and two of the largest tensors (the allocator keeps freed blocks around and
+    the session still holds unmarked intermediates while a group runs)."""
+    floor = process_floor()
+    largest = max((v for v in sizes.values() if v), default=0)
+    return max(max_memory - floor - RUN_ALLOWANCE - 2 * weight_bytes - 2 * largest, 1)
+
+
+def _libc_trim():
+    try:
+        import ctypes
+        import ctypes.util
+
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        return libc.malloc_trim
+    except (OSError, AttributeError):  # not glibc (macOS, musl): nothing to trim
+        return None
+
+
+_TRIM = _libc_trim()
+
+
+def release_memory() -> None:
+    """Give freed activations back to the OS between groups.
+
+    glibc raises its mmap threshold after large frees, so later 16 MB
+    tensors land on the heap and stay resident after being freed; without a
+    trim the process grows by a group's worth over the budget."""
+    gc.collect()
+    if _TRIM is not None:
+        _TRIM(0)

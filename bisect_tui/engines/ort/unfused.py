@@ -1,0 +1,119 @@
+"""ONNX Runtime as the unfused reference: the FP32 baseline's sessions.
+
+ORT_DISABLE_ALL on the CPU in FP32 runs every original node as the model
+states it, which is what the fused engine is judged against. The same
+session factory also serves the ORT engine's observer (its saved optimized
+graph reloaded unfused). onnxruntime is imported inside functions: importing
+this module stays as cheap as the engine's declarations.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from bisect_tui.core.engine_log import log_engine_error
+from bisect_tui.core.errors import UserError
+
+if TYPE_CHECKING:
+    import onnx
+
+PROTO_LIMIT = 1_800_000_000  # protobuf refuses to serialize 2 GiB; keep a margin
+ORT_QUIET = 4  # FATAL only: ORT's own coloured ERROR lines would print before our one-line error
+# ORT's pool threads spin after each parallel op by default: CPU taken from the
+# builds and the Python this tool runs beside its sessions (a tenth to a fifth of
+# the wall time of a bisection on two cores); values do not depend on it
+NO_SPIN = ("session.intra_op.allow_spinning", "0")
+# as the package's LABEL (not imported from it: the package imports the engine, which imports this)
+LABEL = "ONNX Runtime"
+
+
+def quiet_ort() -> None:
+    """Keep ORT's default logger (used before a session has its own) off our output."""
+    import onnxruntime as ort
+
+    try:
+        ort.set_default_logger_severity(ORT_QUIET)
+    except Exception:  # very old releases: the per-session level below still applies
+        pass
+
+
+def make_session(model: "onnx.ModelProto", threads: int = 0):
+    """An ORT_DISABLE_ALL CPU session of `model`; a model that does not load is
+    one UserError (the whole message in the session's engine log)."""
+    import onnx
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    so.enable_cpu_mem_arena = False  # let freed activations go back to the OS
+    so.add_session_config_entry(NO_SPIN[0], NO_SPIN[1])
+    if threads:
+        so.intra_op_num_threads = threads
+    quiet_ort()
+    so.log_severity_level = ORT_QUIET
+    try:
+        if model.ByteSize() < PROTO_LIMIT:
+            return ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+        # A protobuf message cannot exceed 2 GB: weights go to an external file.
+        import tempfile
+
+        with tempfile.TemporaryDirectory(prefix="bisect_tui_big_") as tmp:
+            path = f"{tmp}/model.onnx"
+            onnx.save_model(model, path, save_as_external_data=True, all_tensors_to_one_file=True,
+                            location="model.onnx.data")
+            return ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
+    except Exception as exc:
+        msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        where = log_engine_error(f"{LABEL} could not load the model", exc)
+        raise UserError(f"{LABEL} could not load the model: {msg[:300]}{where}") from None
+
+
+class _Session:
+    """An ORT session as the contract's `UnfusedSession` (its own `run`, no wrapper call)."""
+
+    __slots__ = ("run", "_sess")
+
+    def __init__(self, sess) -> None:
+        self._sess = sess
+        self.run = sess.run
+
+    def output_names(self) -> list[str]:
+        return [o.name for o in self._sess.get_outputs()]
+
+
+class OrtUnfused:
+    """`api.reference.UnfusedReference` on ONNX Runtime (ORT_DISABLE_ALL, CPU, FP32)."""
+
+    name = "onnxruntime unfused (ORT_DISABLE_ALL, FP32)"
+    label = LABEL
+    library = "onnxruntime"
+    mode = "ORT_DISABLE_ALL"
+    spec = "bisect_tui.engines.ort.unfused:OrtUnfused"
+
+    def session(self, model: "onnx.ModelProto") -> _Session:
+        return _Session(make_session(model))
+
+    def versions(self) -> dict[str, str]:
+        import onnxruntime as ort
+
+        return {"onnxruntime": ort.__version__}
+
+    def cache_key(self) -> str:
+        import onnxruntime as ort
+
+        return ort.__version__
+
+    def settings(self) -> dict[str, str]:
+        return {"optimization": self.mode, "precision": "fp32", "provider": "CPUExecutionProvider"}
+
+    def error_text(self, exc: BaseException) -> str:
+        """ORT's message without its `[ONNXRuntimeError] : 1 : FAIL :` prefix and source paths."""
+        import re
+
+        text = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        text = re.sub(r"^\[ONNXRuntimeError\]\s*:\s*\d+\s*:\s*\w+\s*:\s*", "", text)
+        return text.split(" Status Message:")[0]
+
+    def warm_up(self) -> None:
+        import onnxruntime  # noqa: F401  (the import is the point: its library loaded now)
+
