@@ -10,8 +10,7 @@ import sys
 import numpy as np
 import pytest
 
-from bisect_tui.core import metrics
-from bisect_tui.core.metrics import compare, hist_counts, summarize
+from bisect_tui.core.metrics import arrays, compare, hist_counts, summarize
 
 
 def _plain(obj) -> None:
@@ -218,7 +217,8 @@ def test_chunked_result_matches_single_chunk(monkeypatch):
     t[3, 4] = np.nan
     t[7, 7] += 3.0
     whole = compare(r, t, topk=3, hist_bins=5)
-    monkeypatch.setattr(metrics, "CHUNK", 7)
+    monkeypatch.setattr(arrays, "CHUNK", 7)
+    assert len(arrays.spans(r.size)) == 21  # it really streams
     chunked = compare(r, t, topk=3, hist_bins=5)
     assert chunked["worst"] == whole["worst"]
     assert chunked["worst"][0]["index"] == [7, 7]
@@ -292,7 +292,8 @@ def test_summarize_stats():
 def test_summarize_chunked_std_is_stable(monkeypatch):
     rng = np.random.default_rng(4)
     x = 1e8 + rng.standard_normal(5000)
-    monkeypatch.setattr(metrics, "CHUNK", 333)
+    monkeypatch.setattr(arrays, "CHUNK", 333)
+    assert len(arrays.spans(x.size)) == 16
     s = summarize(x)
     assert s["mean"] == pytest.approx(float(np.mean(x)), rel=1e-15)
     assert s["std"] == pytest.approx(float(np.std(x)), rel=1e-9)
