@@ -156,9 +156,8 @@ async def test_full_screen_table_error_along_the_graph_and_wide_sparklines(gelu,
             assert "←→ scroll" in table.border_subtitle  # nine columns do not fit the pane
         chart = str(screen.query_one("#cmp-profile", ErrorProfileChart).render())
         assert "▲ first crossing: #10 mlp/gelu/mul_half:0" in chart and "x1 tol" in chart
-        for spark in screen.query_one("#view-fused").query(Sparkline):
-            if spark.display and spark.data:
-                assert spark.size.width >= 40, spark.size
+        shown = [s for s in screen.query_one("#view-fused").query(Sparkline) if s.display and s.data]
+        assert shown and all(s.size.width >= 40 for s in shown), [s.size for s in shown]
         await pilot.press("f")
         await pilot.pause()
         assert isinstance(app.screen, FullScreenTable)
