@@ -50,25 +50,25 @@ def lim(v: float) -> str:
     return f"{mant}e{exp}"
 
 
-def sci(m: float, limit: float) -> str:
-    """Measured value with enough digits not to print equal to a different limit."""
+def _shortest(m: float, limit: float, kind: str, digits: range) -> str:
+    """``m`` with the fewest digits that do not print equal to a different limit."""
     if not math.isfinite(m):
         return str(m)
-    for p in range(1, 10):
-        s = f"{m:.{p}e}"
+    for p in digits:
+        s = f"{m:.{p}{kind}}"
         if m == limit or float(s) != limit:
             return s
     return repr(m)
+
+
+def sci(m: float, limit: float) -> str:
+    """Scientific form: 1.2e-03."""
+    return _shortest(m, limit, "e", range(1, 10))
 
 
 def fix(m: float, limit: float) -> str:
-    if not math.isfinite(m):
-        return str(m)
-    for p in range(4, 13):
-        s = f"{m:.{p}f}"
-        if m == limit or float(s) != limit:
-            return s
-    return repr(m)
+    """Fixed-point form with at least four decimals: 0.9990."""
+    return _shortest(m, limit, "f", range(4, 13))
 
 
 def pct(share: float) -> str:

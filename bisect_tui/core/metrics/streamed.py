@@ -40,6 +40,7 @@ def _pow2_exp(amax: float) -> int:
     return min(1023, max(-1000, math.frexp(amax)[1] - 1))
 
 
+@np.errstate(over="ignore")
 def compare(
     reference: Any,
     test: Any,
@@ -48,6 +49,8 @@ def compare(
     topk: int | None = None,
     class_axis: int = -1,
     hist_bins: int = 20,
+    allclose: tuple[float, float] | None = None,
+    histograms: bool = True,
 ) -> dict:
     """Compare ``test`` against ``reference`` and return JSON-able metrics.
 
@@ -65,48 +68,15 @@ def compare(
     +inf for an exact match (JSON: ``Infinity``). ``topk`` adds ``topk``,
     ``top1_agreement`` and ``topk_agreement`` (both None when there is no class
     axis of size >= 2).
-    """
-    return _compare(
-        reference, test, rel_floor=rel_floor, topk=topk, class_axis=class_axis, hist_bins=hist_bins
-    )
 
-
-def _compare(
-    reference: Any,
-    test: Any,
-    *,
-    rel_floor: float | None = None,
-    topk: int | None = None,
-    class_axis: int = -1,
-    hist_bins: int = 20,
-    allclose: tuple[float, float] | None = None,
-    histograms: bool = True,
-) -> dict:
-    """compare(), optionally also doing the elementwise atol/rtol test in the
-    same pass (used by tolerance.judge_arrays so arrays are read only twice).
-    ``histograms=False`` leaves the three histograms empty: the fused-graph
-    probe judges thousands of tensors nobody plots, and binning was most of
-    its cost; every other figure is the same.
+    ``allclose=(atol, rtol)`` also does the elementwise test in the same pass
+    (tolerance.judge_arrays, so arrays are read only twice) and adds the
+    ``allclose_*`` fields. ``histograms=False`` leaves the three histograms
+    empty: the fused-graph probe judges thousands of tensors nobody plots, and
+    binning was most of its cost; every other figure is the same.
     Float64 overflow (|t - r| beyond 1.8e308) is not an error here: it yields
-    inf metrics, which fail any tolerance."""
-    with np.errstate(over="ignore"):
-        return _compare_impl(
-            reference, test, rel_floor=rel_floor, topk=topk, class_axis=class_axis,
-            hist_bins=hist_bins, allclose=allclose, histograms=histograms,
-        )
-
-
-def _compare_impl(
-    reference: Any,
-    test: Any,
-    *,
-    rel_floor: float | None,
-    topk: int | None,
-    class_axis: int,
-    hist_bins: int,
-    allclose: tuple[float, float] | None,
-    histograms: bool = True,
-) -> dict:
+    inf metrics, which fail any tolerance.
+    """
     if hist_bins < 1:
         raise ValueError(f"hist_bins must be >= 1, got {hist_bins}")
     if rel_floor is not None and not (rel_floor > 0 and math.isfinite(rel_floor)):

@@ -14,7 +14,7 @@ from typing import Any
 
 from bisect_tui.core.metrics.catalog import BOUNDED
 from bisect_tui.core.metrics.limits import holds, le_ratio, lim, pct, sci
-from bisect_tui.core.metrics.streamed import _compare
+from bisect_tui.core.metrics.streamed import compare
 from bisect_tui.core.tolerance.criteria import Tolerance
 from bisect_tui.core.tolerance.verdict import Criterion, Verdict
 
@@ -38,7 +38,7 @@ def _nan_inf_criterion(m: dict) -> Criterion:
 def _allclose_stats(metrics: dict, tol: Tolerance, reference: Any, test: Any) -> dict:
     atol, rtol = tol.atol or 0.0, tol.rtol or 0.0
     if reference is not None and test is not None:
-        m = _compare(reference, test, rel_floor=metrics.get("rel_floor"), hist_bins=1,
+        m = compare(reference, test, rel_floor=metrics.get("rel_floor"), hist_bins=1,
                      allclose=(atol, rtol))
         return {k: v for k, v in m.items() if k.startswith("allclose_")}
     if metrics.get("allclose_atol") != atol or metrics.get("allclose_rtol") != rtol:
@@ -139,7 +139,7 @@ def judge_arrays(reference: Any, test: Any, tol: Tolerance, **compare_kwargs: An
     if tol.rel_floor is not None:
         compare_kwargs.setdefault("rel_floor", tol.rel_floor)
     allclose = ((tol.atol or 0.0), (tol.rtol or 0.0)) if tol.checks_allclose else None
-    metrics = _compare(reference, test, allclose=allclose, **compare_kwargs)
+    metrics = compare(reference, test, allclose=allclose, **compare_kwargs)
     return metrics, judge(metrics, tol)
 
 
