@@ -14,15 +14,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Callable, Optional
+from typing import Callable, NamedTuple, Optional
 
 from bisect_tui.core.metrics.limits import fix, le_ratio, lim, one_minus_ratio, sci, snr_ratio
 
 _NAN = float("nan")
 
 
-@dataclass(frozen=True)
-class Sums:
+class Sums(NamedTuple):
     """What the passes over one pair of tensors accumulate, over the positions
     where both sides are finite. ``sum_r2``/``sum_t2``/``sum_rt``/``sum_e2``
     are of the values times 2**-e (``scale`` = 2**e, 1.0 in ordinary cases),
@@ -134,6 +133,11 @@ TABLE: tuple[Metric, ...] = tuple(m for m in METRICS if m.in_table)
 """The columns of the outputs tables (label, then the value by key)."""
 
 
+_VALUED = tuple((m.key, m.value, m.always) for m in METRICS if m.value is not None)
+
+
 def figures(s: Sums) -> dict[str, float]:
     """The value of every metric computed from sums (NaN when no position was compared)."""
-    return {m.key: (m.value(s) if s.n or m.always else _NAN) for m in METRICS if m.value is not None}
+    if s.n:
+        return {key: value(s) for key, value, _ in _VALUED}
+    return {key: value(s) if always else _NAN for key, value, always in _VALUED}
