@@ -316,3 +316,46 @@ def test_verdict_round_trip():
     assert data["passed"] is False and data["failed"] == [c.name for c in v.failed]
     back = Verdict.from_dict(data)
     assert back.summary() == v.summary() and back.ratio == v.ratio
+
+
+# --------------------------------------------------------------------------- one declaration per figure
+
+
+def test_every_declared_figure_is_reported_judged_and_bounded_by_a_field():
+    """metrics.catalog is the one list: compare() reports its figures in its order,
+    each declared bound is a Tolerance field that validates with the declared
+    limits, and judge() checks the bounds in the declared order."""
+    import dataclasses
+
+    from bisect_tui.core.metrics.catalog import BOUNDED, METRICS, TABLE
+    from bisect_tui.core.tolerance import CRITERIA
+
+    m = compare(R4, T4, topk=2)
+    declared = [d.key for d in METRICS]
+    assert [k for k in m if k in declared] == declared
+    fields = [f.name for f in dataclasses.fields(Tolerance)]
+    assert sorted(fields) == sorted(CRITERIA + ("name",))
+    assert {d.bound.criterion for d in BOUNDED} <= set(fields)
+    assert [d.label for d in TABLE] == ["max abs", "mean abs", "max rel", "cosine", "SNR dB"]
+    every = Tolerance(max_abs=0.5, mean_abs=0.5, max_rel=0.5, mean_rel=0.5, min_cosine=0.5, min_snr_db=5.0,
+                      min_topk=0.5, topk=2)
+    names = [c.name for c in judge(m, every).checked]
+    assert names == ["nan_inf"] + [d.bound.criterion for d in BOUNDED]
+    for d in BOUNDED:
+        if d.bound.at_most is not None:
+            with pytest.raises(UserError, match=f"{d.bound.criterion}=2 must be <= 1"):
+                Tolerance(**{d.bound.criterion: 2})
+        if d.bound.at_least is not None:
+            with pytest.raises(UserError, match=f"{d.bound.criterion}=-1 must be >= 0"):
+                Tolerance(**{d.bound.criterion: -1})
+    assert Tolerance(min_snr_db=-5.0).min_snr_db == -5.0  # an SNR limit may be negative
+
+
+def test_verdict_words_come_from_the_declaration():
+    m = compare(R4, T4, topk=2)
+    v = judge(m, Tolerance(max_rel=0.01, min_cosine=0.9999, min_snr_db=40.0, min_topk=1.0, topk=2))
+    texts = {c.name: c.text for c in v.checked}
+    assert texts["max_rel"] == "max_rel 2.5e-01 > 1e-02 (rel. floor 4e-03)"
+    assert texts["min_cosine"] == f"cosine {m['cosine']:.4f} < 0.9999"
+    assert texts["min_snr_db"] == f"snr {m['snr_db']:.1f} dB < 40 dB"
+    assert texts["min_topk"] == "top-2 agreement 1.0000 >= 1"

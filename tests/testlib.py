@@ -77,3 +77,102 @@ def search_shape(res: dict) -> dict:
         "builds": res["engine_builds"],
         "steps": [(s["kind"], s["region"], s["passed"], s["builds"]) for s in res["steps"]],
     }
+
+
+# --------------------------------------------------------------------------- the package's import graph
+
+
+def module_names(root: Path, package: str) -> dict[str, Path]:
+    """Every module of `package` (a folder under `root`) by dotted name; a
+    package's __init__.py is the package module itself."""
+    out = {}
+    for path in sorted((root / package).rglob("*.py")):
+        parts = list(path.relative_to(root).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        out[".".join(parts)] = path
+    return out
+
+
+def import_graph(root: Path, package: str) -> dict[str, set[str]]:
+    """module -> the modules of `package` it imports, read with `ast` (so an
+    import inside a function or under `if TYPE_CHECKING` is an edge too).
+    `from pkg import name` is an edge to the submodule pkg.name when there is
+    one, else to pkg; relative imports are resolved against the importer."""
+    import ast
+
+    modules = module_names(root, package)
+
+    def known(name: str) -> str | None:
+        while name and name not in modules:  # `import a.b.c` where c is a name in a.b: a.b
+            name = name.rpartition(".")[0]
+        return name or None
+
+    graph: dict[str, set[str]] = {m: set() for m in modules}
+    for name, path in modules.items():
+        here = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            targets: list[str] = []
+            if isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    anchor = here.split(".")[: len(here.split(".")) - (node.level - 1)]
+                    base = ".".join(anchor + ([node.module] if node.module else []))
+                for alias in node.names:
+                    sub = f"{base}.{alias.name}"
+                    targets.append(sub if sub in modules else base)
+            for target in targets:
+                hit = known(target)
+                if hit:
+                    graph[name].add(hit)
+    return graph
+
+
+def import_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Every cycle of the graph: each strongly connected component of more than
+    one module (Tarjan's algorithm, iterative), and each module importing
+    itself; modules sorted within a cycle, cycles sorted by their first."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    on_stack: set[str] = set()
+    stack: list[str] = []
+    found: list[list[str]] = []
+    counter = 0
+    for start in sorted(graph):
+        if start in index:
+            continue
+        work = [(start, iter(sorted(graph[start])))]
+        index[start] = low[start] = counter
+        counter += 1
+        stack.append(start)
+        on_stack.add(start)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = counter
+                    counter += 1
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph.get(child, ())))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                parent = work[-1][0]
+                low[parent] = min(low[parent], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1 or node in graph.get(node, ()):
+                    found.append(sorted(component))
+    return sorted(found)

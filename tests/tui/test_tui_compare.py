@@ -7,7 +7,7 @@ import pytest
 
 from bisect_tui.core.compare import compare_dumps
 from bisect_tui.tui.screens.compare import BOTH, GOLDEN_ONLY, TEST_ONLY, CompareApp, OverlayHistogram, overlay_rows
-from tui_helpers import pty_read, screen_text, spawn_in_pty
+from tui_helpers import Terminal, screen_text
 
 
 @pytest.fixture
@@ -61,7 +61,6 @@ def test_compare_tui_flag_opens_the_view_in_a_real_terminal(tmp_path):
     import os
     import shutil
     import sys
-    import time
 
     pytest.importorskip("pty")
     exe = shutil.which("bisect-tui", path=os.path.dirname(sys.executable))
@@ -69,23 +68,8 @@ def test_compare_tui_flag_opens_the_view_in_a_real_terminal(tmp_path):
     g = np.random.default_rng(1).standard_normal((4, 16)).astype(np.float32)
     np.save(tmp_path / "golden.npy", g)
     np.save(tmp_path / "test.npy", g[[1, 0, 2, 3]])
-    pid, fd = spawn_in_pty([exe, "compare", str(tmp_path / "golden.npy"), str(tmp_path / "test.npy"), "--tui"])
-    out, sent, end = b"", False, time.time() + 60
-    while time.time() < end:
-        chunk = pty_read(fd)
-        if chunk is None:
-            break
-        out += chunk
-        if not sent and "golden only".encode() in out:
-            time.sleep(0.3)
-            os.write(fd, b"q")
-            sent = True
-    if not sent:  # never drew: do not leave the child behind
-        import signal
-
-        os.kill(pid, signal.SIGKILL)
-    _, status = os.waitpid(pid, 0)
-    os.close(fd)
-    assert sent, out[-2000:]
-    assert os.waitstatus_to_exitcode(status) == 1  # the swapped rows break tolerance
-    assert b"FAIL: 1 of 1 tensor(s) break tolerance (exit 1)" in out
+    with Terminal([exe, "compare", str(tmp_path / "golden.npy"), str(tmp_path / "test.npy"), "--tui"]) as term:
+        term.wait_for("golden only")
+        term.send(b"q")
+        assert term.wait_exit() == 1  # the swapped rows break tolerance
+    assert "FAIL: 1 of 1 tensor(s) break tolerance (exit 1)" in term.text

@@ -16,7 +16,7 @@ from bisect_tui.core.tolerance import parse_tolerance
 from bisect_tui.tui.app import make_app
 from bisect_tui.tui.screens.checklist import ChecklistScreen
 from bisect_tui.tui.screens.settings import SettingsScreen
-from tui_helpers import screen_text
+from tui_helpers import screen_text, wait_for
 
 pytest.importorskip("openvino")
 
@@ -29,21 +29,18 @@ async def test_openvino_settings_rows_come_from_its_declaration(workdir, samples
     async with app.run_test(size=(80, 30)) as pilot:
         await pilot.pause()
         await pilot.press("o")
-        await pilot.pause()
-        assert isinstance(app.screen, SettingsScreen)
+        await wait_for(pilot, lambda: isinstance(app.screen, SettingsScreen), what="the settings form")
         labels = [str(w.render()) for w in app.screen.query(Label)]
         assert {"device", "precision", "properties", "mark tensors"} <= set(labels)
         assert "disable optim." not in labels and "level" not in labels
         app.screen.query_one("#opt-config", Input).value = "NUM_STREEMS=1"
         await pilot.press("enter")
-        await pilot.pause(0.3)
+        await wait_for(pilot, lambda: "did you mean NUM_STREAMS" in screen_text(app), what="the refusal")
         assert isinstance(app.screen, SettingsScreen)  # refused by OpenVINO's own validation
-        assert "did you mean NUM_STREAMS" in screen_text(app)
         app.screen.query_one("#opt-config", Input).value = ""
         app.screen.query_one("#opt-mark", Input).value = "norm/reduce:0"
         await pilot.press("enter")
-        await pilot.pause(0.3)
-        assert isinstance(app.screen, ChecklistScreen)
+        await wait_for(pilot, lambda: isinstance(app.screen, ChecklistScreen), what="back to the checklist")
         cfg = app.state.options.config
         assert json.loads(cfg.option("mark")) == ["norm/reduce:0"] and cfg.level == "all"
 

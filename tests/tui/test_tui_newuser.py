@@ -21,7 +21,7 @@ from bisect_tui.tui.screens.settings import SettingsScreen
 from bisect_tui.tui.widgets.common import StepList, WhyPanel
 from bisect_tui.tui.widgets.errorprofile import ErrorProfileChart
 from newuser_models import vad_like
-from tui_helpers import pty_read, screen_text, spawn_in_pty, wait_for, wait_idle
+from tui_helpers import Terminal, screen_text, wait_for, wait_idle
 
 SIZES = [(80, 24), (120, 40)]
 IDS = ["80x24", "120x40"]
@@ -156,9 +156,8 @@ async def test_full_screen_table_error_along_the_graph_and_wide_sparklines(gelu,
             assert "←→ scroll" in table.border_subtitle  # nine columns do not fit the pane
         chart = str(screen.query_one("#cmp-profile", ErrorProfileChart).render())
         assert "▲ first crossing: #10 mlp/gelu/mul_half:0" in chart and "x1 tol" in chart
-        for spark in screen.query_one("#view-fused").query(Sparkline):
-            if spark.display and spark.data:
-                assert spark.size.width >= 40, spark.size
+        shown = [s for s in screen.query_one("#view-fused").query(Sparkline) if s.display and s.data]
+        assert shown and all(s.size.width >= 40 for s in shown), [s.size for s in shown]
         await pilot.press("f")
         await pilot.pause()
         assert isinstance(app.screen, FullScreenTable)
@@ -195,8 +194,7 @@ async def test_command_palette_offers_every_action(gelu):
         await pilot.press("ctrl+p")
         await pilot.pause()
         await pilot.press(*"full-screen")
-        await pilot.pause(0.3)
-        assert "Full-screen table (f)" in screen_text(app)
+        await wait_for(pilot, lambda: "Full-screen table (f)" in screen_text(app), what="the palette's match")
 
 
 async def test_tui_json_report_and_export_with_plots(gelu, workdir):
@@ -247,38 +245,22 @@ def test_tui_command_honours_json_and_report_in_a_real_terminal(workdir):
     checks, q quits, and both files are written (they used to be silently ignored)."""
     import os
     import shutil
-    import signal
     import sys
-    import time
 
     pytest.importorskip("pty")
     exe = shutil.which("bisect-tui", path=os.path.dirname(sys.executable))
     assert exe, "bisect-tui is not installed next to this python"
     argv = [exe, "tui", "transformer_block.onnx", "--ort-config", "optimization.enable_gelu_approximation=1",
             "--session", "s", "--json", "out.json", "--report", "out.md"]
-    pid, fd = spawn_in_pty(argv)
-    out, state, end = b"", "start", time.time() + 180
-    while time.time() < end and state != "quit":
-        chunk = pty_read(fd)
-        if chunk is None:
-            break
-        out += chunk
-        if state == "start" and b"Checklist" in out:
-            time.sleep(0.5)
-            os.write(fd, b"a")
-            state = "running"
-        elif state == "running" and (workdir / "s" / "check.json").exists() and b"op at fault" in out:
-            time.sleep(1.0)  # the status line says the comparison is done: q
-            os.write(fd, b"q")
-            state = "quit"
-    if state != "quit":
-        os.kill(pid, signal.SIGKILL)
-    while pty_read(fd, 5):  # drain until the child closes the terminal (or is silent 5 s)
-        pass
-    _, status = os.waitpid(pid, 0)
-    os.close(fd)
-    assert state == "quit", out[-2000:]
-    assert os.waitstatus_to_exitcode(status) == 0
+    with Terminal(argv) as term:
+        at = term.wait_for("Checklist")
+        term.send(b"a")
+        at = term.wait_for("x Cancel", after=at)  # the footer while the checks run
+        at = term.wait_for("op at fault", after=at, timeout=180)
+        term.wait_for("b Bisect", after=at)  # the footer once the app is idle again: q now quits, not cancels
+        assert (workdir / "s" / "check.json").is_file()
+        term.send(b"q")
+        assert term.wait_exit() == 0
     r = json.loads((workdir / "out.json").read_text())
     assert r["verdict"] == "fail" and r["failing_outputs"] == ["mlp/residual:0"]
     assert (workdir / "out.md").read_text().startswith("# bisect-tui check: FAIL")

@@ -57,6 +57,16 @@ async def wait_for(pilot, predicate, timeout: float = 30.0, what: str = "conditi
     raise AssertionError(f"timed out waiting for {what}")
 
 
+async def wait_exit(app, timeout: float = 30.0) -> None:
+    """Wait until the app has handled its way out (its return code is set)."""
+    loop = asyncio.get_running_loop()
+    end = loop.time() + timeout
+    while app.return_code is None:
+        if loop.time() > end:
+            raise AssertionError(f"the app did not exit within {timeout}s; status: {getattr(app, 'status_text', '')}")
+        await asyncio.sleep(0.01)
+
+
 # the screen's runs of text carry class "<id>-r<N>"; the window title is "<id>-title"
 _SVG_TEXT = re.compile(r'<text class="[^"]*-r\d+"[^>]*\bx="([0-9.]+)"[^>]*\by="([0-9.]+)"[^>]*>(.*?)</text>', re.S)
 
@@ -92,33 +102,108 @@ def step_states(app) -> dict[str, str]:
     return dict(app.state.states)
 
 
-def spawn_in_pty(argv: list[str], cols: int = 80, rows: int = 24) -> tuple[int, int]:
-    """The real command line in a pseudo-terminal of `cols` x `rows`: (pid, fd)."""
-    import fcntl
-    import os
-    import pty
-    import struct
-    import termios
-
-    pid, fd = pty.fork()
-    if pid == 0:  # the child
-        os.environ["TERM"] = "xterm-256color"
-        os.execv(argv[0], argv)
-    fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
-    return pid, fd
+_ESCAPE = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)|[()][0-9A-Za-z]|[=>NOM78c])")
 
 
-def pty_read(fd: int, wait: float = 0.2):
-    """What the terminal shows next: bytes (b"" when nothing came within `wait`
-    seconds), or None once the child has closed it."""
-    import os
-    import select
+class Terminal:
+    """A real command line in a pseudo-terminal of `cols` x `rows`, and what it
+    has drawn so far as plain text (escape sequences become spaces, runs of
+    whitespace one space), so a test waits for a text to appear instead of
+    sleeping. Use it as a context manager: a child still running at the end is
+    killed, never left behind."""
 
-    ready, _, _ = select.select([fd], [], [], wait)
-    if not ready:
-        return b""
-    try:
-        chunk = os.read(fd, 65536)
-    except OSError:
-        return None
-    return chunk or None
+    def __init__(self, argv: list[str], cols: int = 80, rows: int = 24) -> None:
+        import codecs
+        import fcntl
+        import os
+        import pty
+        import struct
+        import termios
+
+        self.pid, self.fd = pty.fork()
+        if self.pid == 0:  # the child
+            os.environ["TERM"] = "xterm-256color"
+            os.execv(argv[0], argv)
+        fcntl.ioctl(self.fd, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
+        self.raw = b""
+        self.text = ""
+        self.closed = False
+        self.status: int | None = None
+        self._pending = b""
+        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+
+    def __enter__(self) -> "Terminal":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        import os
+        import signal
+
+        if self.status is None:
+            os.kill(self.pid, signal.SIGKILL)
+            os.waitpid(self.pid, 0)
+        os.close(self.fd)
+
+    def send(self, keys: bytes) -> None:
+        import os
+
+        os.write(self.fd, keys)
+
+    def _read(self, wait: float) -> None:
+        import os
+        import select
+
+        ready, _, _ = select.select([self.fd], [], [], wait)
+        if not ready:
+            return
+        try:
+            chunk = os.read(self.fd, 65536)
+        except OSError:  # EIO: the child closed the terminal
+            chunk = b""
+        if not chunk:
+            self.closed = True
+            return
+        self.raw += chunk
+        data = self._pending + chunk
+        cut = data.rfind(b"\x1b")
+        self._pending = b""
+        if cut >= 0 and not _ESCAPE.match(data[cut:].decode("latin-1")):  # a sequence cut in two
+            data, self._pending = data[:cut], data[cut:]
+        piece = re.sub(r"\s+", " ", _ESCAPE.sub(" ", self._decoder.decode(data)))
+        if self.text.endswith(" ") and piece.startswith(" "):
+            piece = piece[1:]
+        self.text += piece
+
+    def _tail(self) -> str:
+        return self.text[-1500:]
+
+    def wait_for(self, needle: str, after: int = 0, timeout: float = 60.0) -> int:
+        """Read until `needle` appears in the text drawn after offset `after`;
+        the offset just past it (to wait for what comes next)."""
+        import time
+
+        end = time.monotonic() + timeout
+        while True:
+            at = self.text.find(needle, after)
+            if at >= 0:
+                return at + len(needle)
+            left = end - time.monotonic()
+            if self.closed or left <= 0:
+                why = "the terminal closed" if self.closed else f"{timeout:g} s passed"
+                raise AssertionError(f"{why} before {needle!r} was drawn; last text: {self._tail()}")
+            self._read(min(left, 0.5))
+
+    def wait_exit(self, timeout: float = 60.0) -> int:
+        """Read until the child closes the terminal, then its exit code."""
+        import os
+        import time
+
+        end = time.monotonic() + timeout
+        while not self.closed:
+            left = end - time.monotonic()
+            if left <= 0:
+                raise AssertionError(f"still running after {timeout:g} s; last text: {self._tail()}")
+            self._read(min(left, 0.5))
+        _, status = os.waitpid(self.pid, 0)  # the terminal is closed: the child is exiting
+        self.status = os.waitstatus_to_exitcode(status)
+        return self.status
