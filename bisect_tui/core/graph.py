@@ -199,10 +199,10 @@ def mark_outputs(
 ) -> onnx.ModelProto:
     """Return a copy of `model` whose graph outputs include `tensors`.
 
-    Marking a tensor as an output is the switch this tool is built on: ORT and
-    TensorRT refuse to fuse across a graph output. Types come from shape
+    Marking a tensor as an output is the switch this tool is built on: most
+    engines refuse to fuse across a graph output. Types come from shape
     inference; a tensor of unknown type is marked with no type at all, which
-    ONNX Runtime accepts and resolves at session creation (an UNDEFINED elem
+    the engines accept and resolve at session creation (an UNDEFINED elem
     type is rejected)."""
     m = onnx.ModelProto()
     m.CopyFrom(model)

@@ -81,7 +81,7 @@ class Step:
 
 def step_config(config: EngineConfig) -> dict:
     """The part of a config a step records (the search varies only these)."""
-    return {"level": config.level, "disabled_optimizers": list(config.disabled_passes)}
+    return {"level": config.level, DISABLED_KEY: list(config.disabled_passes)}
 
 
 @dataclass(frozen=True)
@@ -147,12 +147,12 @@ class Workaround:
 
     def with_best_effort(self, full_engine_ratio: Optional[float], why: str) -> "Workaround":
         """The tried setting that came closest to passing, when none passed."""
-        tried = [t for t in self.tried if t.get("disabled_optimizers")]
+        tried = [t for t in self.tried if t.get(DISABLED_KEY)]
         if self.kind is not None or not tried:
             return self
         best = min(tried, key=lambda t: t["ratio"])
         return dataclasses.replace(self, best_effort={
-            "disabled_optimizers": best["disabled_optimizers"], "ratio": best["ratio"],
+            DISABLED_KEY: best[DISABLED_KEY], "ratio": best["ratio"],
             "ratio_before": full_engine_ratio, "max_abs": best["max_abs"], "why_not_passing": why,
         })
 

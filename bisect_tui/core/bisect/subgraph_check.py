@@ -7,7 +7,7 @@ fusions blocked" step shows it). The same question costs far less as:
 
 1. the suspect's original nodes extracted as a model, fed the baseline's own
    tensors, built and run through the engine under test (a build of a few
-   nodes, not thousands: on TensorRT seconds instead of minutes);
+   nodes, not thousands: on an engine whose builds take minutes, seconds);
 2. the rest of the graph run unfused (the triage's unfused reference, as the
    baseline) from the suspect's fused outputs to the model's outputs;
 3. the model's outputs judged at the user's tolerance, like any step.

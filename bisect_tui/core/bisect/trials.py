@@ -26,7 +26,7 @@ from bisect_tui.core.bisect.store import MemoryStore
 from bisect_tui.core.bisect.units import Unit, build_units, marks_for, region_text
 from bisect_tui.core.cancel import CancelToken, Progress, ProgressFn, no_progress
 from bisect_tui.core.session import stable_key
-from bisect_tui.api import EngineConfig, FusedNode
+from bisect_tui.api import DISABLED_KEY, EngineConfig, FusedNode
 
 
 @dataclass
@@ -331,6 +331,6 @@ class Trials:
         """Another search already built and judged this search's full engine
         (the fixpoint's check with the found passes disabled): reuse it."""
         key = self.full_engine_key()
-        if self.store.recorded(key) or step.config.get("disabled_optimizers") != list(self.config.disabled_passes):
+        if self.store.recorded(key) or step.config.get(DISABLED_KEY) != list(self.config.disabled_passes):
             return
         self.store.remember(key, {**step.to_json(), "key": key, "kind": "full engine"})

@@ -57,7 +57,7 @@ def compare(
     Relative error is ``|t - r| / max(|r|, floor)``. Without a floor, elements
     whose reference is ~0 (ReLU outputs, padding, residual sums that cancel)
     produce relative errors of 1e6 and more that say nothing about the kernel:
-    Polygraphy's known weakness, where max_rel is dominated by near-zero
+    a known weakness of other comparison tools, where max_rel is dominated by near-zero
     references. The default floor is ``max(1e-6, 1e-3 * max|r|)``: errors on
     elements 1000x smaller than the tensor's scale are judged against that
     scale instead. Pass ``rel_floor`` (> 0) to choose it; the one used is
