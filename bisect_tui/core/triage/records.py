@@ -1,0 +1,191 @@
+"""What the check produces, as frozen records: the engine's verdict per output,
+the whole comparison (check.json) and the summary (`check --json`).
+
+The JSON users see is the contract (docs/check.md, docs/bisect.md): each record
+writes exactly today's keys, in today's order, with `to_json()` and reads them
+back with `from_json()`; the steps pass records, JSON is made at the edges
+(files, `--json`, and the report and app code that still read dicts).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Optional
+
+# the version of the top-level `check --json` / report.json layout; raised when a key changes meaning
+SCHEMA_VERSION = 1
+
+_OUTPUT_KEYS = ("metrics", "tolerance", "passed", "verdict", "summary")
+
+
+@dataclass(frozen=True)
+class OutputVerdict:
+    """One final output judged against its tolerance."""
+
+    metrics: Mapping[str, Any]
+    tolerance: Mapping[str, Any]
+    passed: bool
+    verdict: Mapping[str, Any]  # every criterion checked: measured value, limit, ratio
+    summary: str
+
+    def to_json(self) -> dict:
+        return {k: getattr(self, k) for k in _OUTPUT_KEYS}
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "OutputVerdict":
+        return cls(**{k: d[k] for k in _OUTPUT_KEYS})
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    """The engine under test built, run on the same inputs and judged (check.json).
+
+    `error` is set, and `engine_settings` is None, when the engine failed to
+    build or run: that failure is the finding."""
+
+    key: str
+    checked_at: str
+    engine: str
+    sensitivity: Optional[Mapping[str, Any]]
+    config: Mapping[str, Any]
+    passed: bool
+    outputs: Mapping[str, OutputVerdict]
+    failing_outputs: tuple[str, ...]
+    fused_nodes: tuple[Mapping[str, Any], ...]
+    shared_tensors: Optional[Mapping[str, Any]]
+    optimized_nodes: int
+    original_nodes: int
+    optimized_model: Optional[str]
+    build_seconds: float
+    seconds: float
+    precision_used: Optional[Mapping[str, Any]] = None
+    engine_settings: Optional[tuple[tuple[str, str], ...]] = None
+    error: Optional[Mapping[str, Any]] = None
+
+    def to_json(self) -> dict:
+        out: dict[str, Any] = {"key": self.key, "checked_at": self.checked_at, "engine": self.engine,
+                               "sensitivity": self.sensitivity}
+        if self.precision_used:
+            out["precision_used"] = self.precision_used
+        if self.engine_settings is not None:
+            out["engine_settings"] = [list(row) for row in self.engine_settings]
+        out.update(config=self.config, passed=self.passed)
+        if self.error is not None:
+            out["error"] = self.error
+        out.update(
+            outputs={n: o.to_json() for n, o in self.outputs.items()},
+            failing_outputs=list(self.failing_outputs),
+            fused_nodes=list(self.fused_nodes),
+            shared_tensors=self.shared_tensors,
+            optimized_nodes=self.optimized_nodes,
+            original_nodes=self.original_nodes,
+            optimized_model=self.optimized_model,
+            build_seconds=self.build_seconds,
+            seconds=self.seconds,
+        )
+        return out
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "CheckResult":
+        settings = d.get("engine_settings")
+        return cls(
+            key=d["key"], checked_at=d["checked_at"], engine=d["engine"], sensitivity=d.get("sensitivity"),
+            config=d["config"], passed=bool(d["passed"]),
+            outputs={n: OutputVerdict.from_json(o) for n, o in (d.get("outputs") or {}).items()},
+            failing_outputs=tuple(d.get("failing_outputs") or ()),
+            fused_nodes=tuple(d.get("fused_nodes") or ()),
+            shared_tensors=d.get("shared_tensors"),
+            optimized_nodes=int(d.get("optimized_nodes") or 0),
+            original_nodes=int(d.get("original_nodes") or 0),
+            optimized_model=d.get("optimized_model"),
+            build_seconds=float(d.get("build_seconds") or 0.0),
+            seconds=float(d.get("seconds") or 0.0),
+            precision_used=d.get("precision_used"),
+            engine_settings=None if settings is None else tuple(tuple(row) for row in settings),
+            error=d.get("error"),
+        )
+
+
+@dataclass(frozen=True)
+class Summary:
+    """The JSON contract of `check` (docs/check.md), the head of report.json."""
+
+    verdict: str
+    exit_code: int
+    model: Mapping[str, Any]
+    session: str
+    inputs: Mapping[str, Any]
+    tolerance: Mapping[str, Any]
+    baseline: Mapping[str, Any]
+    determinism: Optional[Mapping[str, Any]]
+    range_check: Optional[Mapping[str, Any]]
+    check: Optional[CheckResult]  # None when a bad baseline stopped the checklist first
+    versions: Mapping[str, str]
+    command: Mapping[str, str]  # the settings as the user types them, per command
+    framework: Optional[Mapping[str, Any]]
+    arbiter: Optional[Mapping[str, Any]]
+    schema_version: int = SCHEMA_VERSION
+    extra: Mapping[str, Any] = field(default_factory=dict)  # keys a newer writer added
+
+    def to_json(self) -> dict:
+        c = self.check
+        cj = c.to_json() if c is not None else None
+        out: dict[str, Any] = {
+            "schema_version": self.schema_version,
+            "verdict": self.verdict,
+            "exit_code": self.exit_code,
+            "model": self.model,
+            "session": self.session,
+            "inputs": self.inputs,
+            "tolerance": self.tolerance,
+            "baseline": self.baseline,
+            "determinism": self.determinism,
+            "range_check": self.range_check,
+            "engine": c.engine if c else None,
+            "engine_settings": (cj or {}).get("engine_settings") or [],
+            "config": c.config if c else None,
+            "outputs": cj["outputs"] if cj else {},
+            "failing_outputs": cj["failing_outputs"] if cj else [],
+            "fused_nodes": cj["fused_nodes"] if cj else [],
+            "shared_tensors": c.shared_tensors if c else None,
+            "sensitivity": c.sensitivity if c else None,
+            "engine_error": c.error if c else None,
+        }
+        if c is not None and c.precision_used:
+            out["precision_used"] = c.precision_used
+        out.update(versions=dict(self.versions), command=dict(self.command), framework=self.framework,
+                   arbiter=self.arbiter)
+        out.update(self.extra)
+        return out
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any], check: Optional[CheckResult] = None) -> "Summary":
+        """The summary of a saved report.json; the comparison itself is in check.json
+        (`check`): without it the engine's fields are rebuilt from what the summary holds."""
+        if check is None and d.get("engine") is not None:
+            check = CheckResult(
+                key="", checked_at="", engine=d["engine"], sensitivity=d.get("sensitivity"),
+                config=d.get("config") or {}, passed=d.get("verdict") == "pass",
+                outputs={n: OutputVerdict.from_json(o) for n, o in (d.get("outputs") or {}).items()},
+                failing_outputs=tuple(d.get("failing_outputs") or ()),
+                fused_nodes=tuple(d.get("fused_nodes") or ()), shared_tensors=d.get("shared_tensors"),
+                optimized_nodes=0, original_nodes=int((d.get("model") or {}).get("nodes") or 0),
+                optimized_model=None, build_seconds=0.0, seconds=0.0, precision_used=d.get("precision_used"),
+                engine_settings=tuple(tuple(r) for r in d.get("engine_settings") or ()),
+                error=d.get("engine_error"))
+        known = set(SUMMARY_KEYS) | {"precision_used"}
+        return cls(
+            verdict=d["verdict"], exit_code=int(d["exit_code"]), model=d["model"], session=d["session"],
+            inputs=d["inputs"], tolerance=d["tolerance"], baseline=d["baseline"],
+            determinism=d.get("determinism"), range_check=d.get("range_check"), check=check,
+            versions=d.get("versions") or {}, command=d.get("command") or {}, framework=d.get("framework"),
+            arbiter=d.get("arbiter"), schema_version=int(d.get("schema_version", SCHEMA_VERSION)),
+            extra={k: v for k, v in d.items() if k not in known})
+
+
+# the top-level keys of `check --json` in their order (`precision_used` only when the
+# engine did not run what was asked); tests/test_check_json_keys.py pins them
+SUMMARY_KEYS = ("schema_version", "verdict", "exit_code", "model", "session", "inputs", "tolerance", "baseline",
+                "determinism", "range_check", "engine", "engine_settings", "config", "outputs",
+                "failing_outputs", "fused_nodes", "shared_tensors", "sensitivity", "engine_error", "versions",
+                "command", "framework", "arbiter")
