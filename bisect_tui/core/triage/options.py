@@ -53,7 +53,6 @@ class TriageOptions:
         return (not self.input_file and not self.shapes and self.seed == 0 and self.samples == 1
                 and not self.input_ranges and not self.input_values)
 
-
     def to_dict(self) -> dict:
         """Everything needed to rerun this triage (saved in session.json for `resume`)."""
         return {

@@ -60,7 +60,6 @@ class Overlap:
         truth = list(self.info.outputs) if self.opts.arbiter and self._torch is None else None
         return SecondRun(self.session, groups, self.cancel, truth_outputs=truth)
 
-
     def _fused_key(self, baseline_key: str, config: EngineConfig) -> str:
         return fused_key(baseline_key, self.opts, config)
 

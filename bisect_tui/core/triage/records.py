@@ -107,6 +107,71 @@ class CheckResult:
 
 
 @dataclass(frozen=True)
+class DeterminismResult:
+    """The baseline run twice, every tensor compared bit for bit (determinism.json);
+    `skipped` with --no-determinism, when `deterministic` is None."""
+
+    deterministic: Optional[bool]
+    skipped: bool = False
+    baseline_key: str = ""
+    checked_at: str = ""
+    tensors_compared: int = 0
+    differing: tuple[Mapping[str, Any], ...] = ()
+    first: Optional[Mapping[str, Any]] = None
+    seconds: float = 0.0
+    overlapped: Optional[bool] = None  # None: a session written before the overlap was recorded
+    advice: Optional[str] = None
+
+    def to_json(self) -> dict:
+        if self.skipped:
+            return {"deterministic": None, "skipped": True}
+        out: dict[str, Any] = {"baseline_key": self.baseline_key, "checked_at": self.checked_at,
+                               "tensors_compared": self.tensors_compared, "deterministic": self.deterministic,
+                               "differing": list(self.differing), "first": self.first, "seconds": self.seconds}
+        if self.overlapped is not None:
+            out["overlapped"] = self.overlapped
+        if self.advice is not None:
+            out["advice"] = self.advice
+        return out
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "DeterminismResult":
+        if d.get("skipped"):
+            return cls(deterministic=None, skipped=True)
+        return cls(deterministic=d["deterministic"], baseline_key=d["baseline_key"], checked_at=d["checked_at"],
+                   tensors_compared=int(d["tensors_compared"]), differing=tuple(d.get("differing") or ()),
+                   first=d.get("first"), seconds=float(d.get("seconds") or 0.0), overlapped=d.get("overlapped"),
+                   advice=d.get("advice"))
+
+
+_RANGE_KEYS = ("baseline_key", "nan_inf", "nan_inf_origin", "fp16", "bf16", "user_ranges", "ok")
+
+
+@dataclass(frozen=True)
+class RangeCheck:
+    """The baseline's values against NaN/Inf, FP16/BF16 limits and the user's
+    ranges (range_check.json)."""
+
+    baseline_key: str
+    nan_inf: tuple[Mapping[str, Any], ...]  # the tensors holding NaN/Inf (empty: none)
+    nan_inf_origin: Optional[Mapping[str, Any]]
+    fp16: Optional[Mapping[str, Any]]
+    bf16: Optional[Mapping[str, Any]]
+    user_ranges: tuple[Mapping[str, Any], ...]
+    ok: bool
+
+    def to_json(self) -> dict:
+        out = {k: getattr(self, k) for k in _RANGE_KEYS}
+        out.update(nan_inf=list(self.nan_inf), user_ranges=list(self.user_ranges))
+        return out
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "RangeCheck":
+        return cls(**{**{k: d[k] for k in _RANGE_KEYS}, "nan_inf": tuple(d["nan_inf"]),
+                      "user_ranges": tuple(d["user_ranges"])})
+
+
+@dataclass(frozen=True)
 class Summary:
     """The JSON contract of `check` (docs/check.md), the head of report.json."""
 
@@ -117,8 +182,8 @@ class Summary:
     inputs: Mapping[str, Any]
     tolerance: Mapping[str, Any]
     baseline: Mapping[str, Any]
-    determinism: Optional[Mapping[str, Any]]
-    range_check: Optional[Mapping[str, Any]]
+    determinism: Optional[DeterminismResult]
+    range_check: Optional[RangeCheck]
     check: Optional[CheckResult]  # None when a bad baseline stopped the checklist first
     versions: Mapping[str, str]
     command: Mapping[str, str]  # the settings as the user types them, per command
@@ -139,8 +204,8 @@ class Summary:
             "inputs": self.inputs,
             "tolerance": self.tolerance,
             "baseline": self.baseline,
-            "determinism": self.determinism,
-            "range_check": self.range_check,
+            "determinism": self.determinism.to_json() if self.determinism else None,
+            "range_check": self.range_check.to_json() if self.range_check else None,
             "engine": c.engine if c else None,
             "engine_settings": (cj or {}).get("engine_settings") or [],
             "config": c.config if c else None,
@@ -177,7 +242,8 @@ class Summary:
         return cls(
             verdict=d["verdict"], exit_code=int(d["exit_code"]), model=d["model"], session=d["session"],
             inputs=d["inputs"], tolerance=d["tolerance"], baseline=d["baseline"],
-            determinism=d.get("determinism"), range_check=d.get("range_check"), check=check,
+            determinism=DeterminismResult.from_json(d["determinism"]) if d.get("determinism") else None,
+            range_check=RangeCheck.from_json(d["range_check"]) if d.get("range_check") else None, check=check,
             versions=d.get("versions") or {}, command=d.get("command") or {}, framework=d.get("framework"),
             arbiter=d.get("arbiter"), schema_version=int(d.get("schema_version", SCHEMA_VERSION)),
             extra={k: v for k, v in d.items() if k not in known})

@@ -32,9 +32,9 @@ class Verdicts:
 
     def verdict_before_engine(self) -> Optional[str]:
         """A verdict that stops the checklist before any engine is judged."""
-        if self.range_check and self.range_check["nan_inf"]:
+        if self.range_result and self.range_result.nan_inf:
             return "nan_inf"
-        if self.determinism and self.determinism.get("deterministic") is False:
+        if self.determinism_result and self.determinism_result.deterministic is False:
             return "nondeterministic"
         if self.framework and not self.framework["golden"]["deterministic"]:
             return "nondeterministic"
@@ -68,8 +68,8 @@ class Verdicts:
                       "groups": manifest["options"]["groups"],
                       "memory_warning": manifest["options"].get("memory_warning"),
                       "dir": str(self.session.baseline_dir)},
-            determinism=self.determinism,
-            range_check=self.range_check,
+            determinism=self.determinism_result,
+            range_check=self.range_result,
             check=self.check,
             versions=engine_versions,
             # the settings as the user types them (the report shows these, not a dict)

@@ -31,7 +31,7 @@ from bisect_tui.core.triage.frontend import TorchFrontEnd
 from bisect_tui.core.triage.fused import FusedStep
 from bisect_tui.core.triage.options import TriageOptions
 from bisect_tui.core.triage.overlap import Overlap
-from bisect_tui.core.triage.records import CheckResult
+from bisect_tui.core.triage.records import CheckResult, DeterminismResult, RangeCheck
 from bisect_tui.core.triage.summary import Verdicts
 
 
@@ -58,8 +58,8 @@ class Triage(Overlap, FusedStep, TorchFrontEnd, Verdicts):
         self.inputs: Optional[InputSet] = None
         self.shapes: dict[str, list[int]] = {}
         self.baseline: Optional[BaselineResult] = None
-        self.determinism: Optional[dict] = None
-        self.range_check: Optional[dict] = None
+        self.determinism = None  # DeterminismResult in determinism_result, its JSON here
+        self.range_check = None  # RangeCheck in range_result, its JSON here
         self.check: Optional[CheckResult] = None  # the engine under test, judged (check.json)
         self.framework: Optional[dict] = None  # torch front end: golden data, cross-check, pitfalls
         self.arbiter: Optional[dict] = None
@@ -97,6 +97,26 @@ class Triage(Overlap, FusedStep, TorchFrontEnd, Verdicts):
     @fused.setter
     def fused(self, value: Union[None, dict, CheckResult]) -> None:
         self.check = CheckResult.from_json(value) if isinstance(value, dict) else value
+
+    @property
+    def determinism(self) -> Optional[dict]:
+        """determinism.json as JSON, for the code that reads dicts."""
+        return self._determinism_json
+
+    @determinism.setter
+    def determinism(self, value: Optional[dict]) -> None:
+        self.determinism_result = DeterminismResult.from_json(value) if value is not None else None
+        self._determinism_json = self.determinism_result.to_json() if value is not None else None
+
+    @property
+    def range_check(self) -> Optional[dict]:
+        """range_check.json as JSON, for the code that reads dicts."""
+        return self._range_json
+
+    @range_check.setter
+    def range_check(self, value: Optional[dict]) -> None:
+        self.range_result = RangeCheck.from_json(value) if value is not None else None
+        self._range_json = self.range_result.to_json() if value is not None else None
 
     @property
     def max_memory(self) -> int:
@@ -172,7 +192,6 @@ class Triage(Overlap, FusedStep, TorchFrontEnd, Verdicts):
         session.mark_step("inputs", "passed", samples=inputs.samples)
         return inputs
 
-
     def _load_saved_inputs(self) -> Optional[InputSet]:
         assert self.session is not None
         if not self.session.inputs_path.exists():
@@ -238,7 +257,6 @@ class Triage(Overlap, FusedStep, TorchFrontEnd, Verdicts):
         )
         return res
 
-
     # step 3 -----------------------------------------------------------------
     def run_determinism(self) -> dict:
         if self.baseline is None:
@@ -259,8 +277,7 @@ class Triage(Overlap, FusedStep, TorchFrontEnd, Verdicts):
             self._truth_source = started
         self.determinism = res
         self.session.mark_step("determinism", "passed" if res["deterministic"] else "failed")
-        return res
-
+        return self.determinism
 
     # step 4 -----------------------------------------------------------------
     def run_range_check(self) -> dict:
@@ -271,8 +288,7 @@ class Triage(Overlap, FusedStep, TorchFrontEnd, Verdicts):
         res = check_ranges(self.info, self.baseline.manifest, self.opts.ranges, session=self.session)
         self.range_check = res
         self.session.mark_step("range_check", "passed" if res["ok"] else "failed")
-        return res
-
+        return self.range_check
 
     # float64 arbiter -------------------------------------------------------------
     def run_arbiter(self) -> dict:
