@@ -19,9 +19,8 @@ def cmd_check(args: argparse.Namespace) -> int:
     from bisect_tui.core import atomic
     from bisect_tui.core.pipeline import Triage
     from bisect_tui.core.report import check_text
-    from bisect_tui.progress_text import TextProgress
-
     from bisect_tui.engine_choice import engine_factory
+    from bisect_tui.progress_text import TextProgress
 
     opts = options_from_args(args)
     progress = TextProgress(enabled=not args.quiet)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from bisect_tui.cli import main
 from bisect_tui.core.pipeline import SCHEMA_VERSION, CheckResult, Summary
-from bisect_tui.core.triage.records import DeterminismResult, RangeCheck
+from bisect_tui.core.triage.records import ArbiterResult, DeterminismResult, RangeCheck
 from bisect_tui.core.triage.records import SUMMARY_KEYS
 
 from testlib import REPO
@@ -60,10 +60,15 @@ def test_records_round_trip_check_json_and_the_summary(samples, tmp_path):
     assert 1e-3 < verdict.metrics["max_abs"] < 1e-2
     again = Summary.from_json(summary, check).to_json()
     assert again == summary and list(again) == list(summary)
-    for name, record in (("determinism.json", DeterminismResult), ("range_check.json", RangeCheck)):
-        saved = json.loads((tmp_path / "s" / name).read_text())
-        assert record.from_json(saved).to_json() == saved, name
+    for file, record in (("determinism.json", DeterminismResult), ("range_check.json", RangeCheck),
+                         ("arbiter.json", ArbiterResult)):
+        saved = json.loads((tmp_path / "s" / file).read_text())
+        assert record.from_json(saved).to_json() == saved, file
     det = DeterminismResult.from_json(summary["determinism"])
     assert det.deterministic is True and det.tensors_compared == summary["baseline"]["tensors"] > 10
     assert RangeCheck.from_json(summary["range_check"]).ok is True
     assert DeterminismResult(deterministic=None, skipped=True).to_json() == {"deterministic": None, "skipped": True}
+    arbiter = ArbiterResult.from_json(summary["arbiter"])
+    assert arbiter.available and arbiter.judged["truth_source"] and set(arbiter.outputs) == {name}
+    skipped = {"available": False, "reason": "skipped (--no-arbiter)", "outputs": {}, "skipped": True}
+    assert list(ArbiterResult.from_json(skipped).to_json().items()) == list(skipped.items())

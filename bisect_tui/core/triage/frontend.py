@@ -43,7 +43,7 @@ class TorchFrontEnd:
 
         self.session.mark_step("framework", "running")
         self.framework = run_golden(self, self._torch)
-        self.session.mark_step("framework", "passed" if self.framework["export_matches"] else "failed")
+        self.session.mark_step("framework", "passed" if self.framework_result.export_matches else "failed")
         return self.framework
 
     def _frontend_versions(self) -> dict[str, str]:

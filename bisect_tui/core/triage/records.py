@@ -167,8 +167,72 @@ class RangeCheck:
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> "RangeCheck":
-        return cls(**{**{k: d[k] for k in _RANGE_KEYS}, "nan_inf": tuple(d["nan_inf"]),
-                      "user_ranges": tuple(d["user_ranges"])})
+        return cls(**{**{k: d.get(k) for k in _RANGE_KEYS}, "nan_inf": tuple(d.get("nan_inf") or ()),
+                      "user_ranges": tuple(d.get("user_ranges") or ()), "ok": bool(d.get("ok"))})
+
+
+_FRAMEWORK_KEYS = ("key", "spec", "export", "golden", "crosscheck", "export_matches", "pitfalls", "seconds")
+
+
+@dataclass(frozen=True)
+class FrameworkResult:
+    """The PyTorch front end's golden data, run twice, and the export's
+    cross-check against the ONNX baseline (torch/crosscheck.json)."""
+
+    key: str
+    spec: str
+    export: Mapping[str, Any]
+    golden: Mapping[str, Any]  # its `deterministic` says whether PyTorch ran the same twice
+    crosscheck: Mapping[str, Any]
+    export_matches: bool
+    pitfalls: tuple[Mapping[str, Any], ...]
+    seconds: float
+
+    def to_json(self) -> dict:
+        return {**{k: getattr(self, k) for k in _FRAMEWORK_KEYS}, "pitfalls": list(self.pitfalls)}
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "FrameworkResult":
+        # a file of an older version may lack a key: read as empty, never a crash
+        return cls(**{**{k: d.get(k) for k in _FRAMEWORK_KEYS}, "golden": d.get("golden") or {},
+                      "export_matches": bool(d.get("export_matches")), "pitfalls": tuple(d.get("pitfalls") or ())})
+
+
+_JUDGED_KEYS = ("truth_source", "precision", "factor", "note", "all_not_worse")
+
+
+@dataclass(frozen=True)
+class ArbiterResult:
+    """Baseline and fused outputs against a float64 run (arbiter.json); when it
+    could not run, `available` is False and `reason` says why."""
+
+    available: bool
+    outputs: Mapping[str, Mapping[str, Any]]
+    key: Optional[str] = None
+    reason: Optional[str] = None
+    judged: Mapping[str, Any] = field(default_factory=dict)  # truth_source, precision, factor, note, all_not_worse
+    skipped: bool = False  # --no-arbiter
+    seconds: Optional[float] = None
+
+    def to_json(self) -> dict:
+        out: dict[str, Any] = {} if self.key is None else {"key": self.key}
+        out["available"] = self.available
+        if self.available:
+            out.update({k: self.judged.get(k) for k in _JUDGED_KEYS})
+        else:
+            out["reason"] = self.reason
+        out["outputs"] = self.outputs
+        if self.skipped:
+            out["skipped"] = True
+        if self.seconds is not None:
+            out["seconds"] = self.seconds
+        return out
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "ArbiterResult":
+        return cls(available=bool(d["available"]), outputs=d.get("outputs") or {}, key=d.get("key"),
+                   reason=d.get("reason"), judged={k: d.get(k) for k in _JUDGED_KEYS if k in d},
+                   skipped=bool(d.get("skipped")), seconds=d.get("seconds"))
 
 
 @dataclass(frozen=True)
@@ -187,8 +251,8 @@ class Summary:
     check: Optional[CheckResult]  # None when a bad baseline stopped the checklist first
     versions: Mapping[str, str]
     command: Mapping[str, str]  # the settings as the user types them, per command
-    framework: Optional[Mapping[str, Any]]
-    arbiter: Optional[Mapping[str, Any]]
+    framework: Optional[FrameworkResult]
+    arbiter: Optional[ArbiterResult]
     schema_version: int = SCHEMA_VERSION
     extra: Mapping[str, Any] = field(default_factory=dict)  # keys a newer writer added
 
@@ -218,8 +282,9 @@ class Summary:
         }
         if c is not None and c.precision_used:
             out["precision_used"] = c.precision_used
-        out.update(versions=dict(self.versions), command=dict(self.command), framework=self.framework,
-                   arbiter=self.arbiter)
+        out.update(versions=dict(self.versions), command=dict(self.command),
+                   framework=self.framework.to_json() if self.framework else None,
+                   arbiter=self.arbiter.to_json() if self.arbiter else None)
         out.update(self.extra)
         return out
 
@@ -244,8 +309,9 @@ class Summary:
             inputs=d["inputs"], tolerance=d["tolerance"], baseline=d["baseline"],
             determinism=DeterminismResult.from_json(d["determinism"]) if d.get("determinism") else None,
             range_check=RangeCheck.from_json(d["range_check"]) if d.get("range_check") else None, check=check,
-            versions=d.get("versions") or {}, command=d.get("command") or {}, framework=d.get("framework"),
-            arbiter=d.get("arbiter"), schema_version=int(d.get("schema_version", SCHEMA_VERSION)),
+            versions=d.get("versions") or {}, command=d.get("command") or {},
+            framework=FrameworkResult.from_json(d["framework"]) if d.get("framework") else None,
+            arbiter=ArbiterResult.from_json(d["arbiter"]) if d.get("arbiter") else None, schema_version=int(d.get("schema_version", SCHEMA_VERSION)),
             extra={k: v for k, v in d.items() if k not in known})
 
 
@@ -255,3 +321,33 @@ SUMMARY_KEYS = ("schema_version", "verdict", "exit_code", "model", "session", "i
                 "determinism", "range_check", "engine", "engine_settings", "config", "outputs",
                 "failing_outputs", "fused_nodes", "shared_tensors", "sensitivity", "engine_error", "versions",
                 "command", "framework", "arbiter")
+
+
+class JsonView:
+    """A step's result as its JSON, for the code that still reads dicts (the
+    report, the search, the app): the record in `record_attr` is the truth; its
+    JSON is made once per record, the same object until the result changes.
+    Assigning JSON (a cached file) or a record sets the record."""
+
+    def __init__(self, record_type: type, record_attr: str) -> None:
+        self.record_type = record_type
+        self.record_attr = record_attr
+        self.cache = f"_{record_attr}_json"
+
+    def __get__(self, obj, owner=None):
+        if obj is None:
+            return self
+        record = getattr(obj, self.record_attr)
+        if record is None:
+            return None
+        held = obj.__dict__.get(self.cache)
+        if held is None or held[0] is not record:
+            held = (record, record.to_json())
+            obj.__dict__[self.cache] = held
+        return held[1]
+
+    def __set__(self, obj, value) -> None:
+        if value is not None and not isinstance(value, self.record_type):
+            value = self.record_type.from_json(value)
+        setattr(obj, self.record_attr, value)
+

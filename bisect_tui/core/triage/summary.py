@@ -36,9 +36,9 @@ class Verdicts:
             return "nan_inf"
         if self.determinism_result and self.determinism_result.deterministic is False:
             return "nondeterministic"
-        if self.framework and not self.framework["golden"]["deterministic"]:
+        if self.framework_result and not self.framework_result.golden["deterministic"]:
             return "nondeterministic"
-        if self.framework and not self.framework["export_matches"]:
+        if self.framework_result and not self.framework_result.export_matches:
             return "export_mismatch"
         return None
 
@@ -74,8 +74,8 @@ class Verdicts:
             versions=engine_versions,
             # the settings as the user types them (the report shows these, not a dict)
             command={c: command_line(self.opts, c, options=self.engine.options) for c in ("check", "bisect")},
-            framework=self.framework,
-            arbiter=self.arbiter,
+            framework=self.framework_result,
+            arbiter=self.arbiter_result,
         )
 
     def summary(self) -> dict:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 import zipfile
-from typing import Any, Callable, Optional, Union
+from typing import Any, Callable, Optional
 
 import numpy as np
 
@@ -31,12 +31,26 @@ from bisect_tui.core.triage.frontend import TorchFrontEnd
 from bisect_tui.core.triage.fused import FusedStep
 from bisect_tui.core.triage.options import TriageOptions
 from bisect_tui.core.triage.overlap import Overlap
-from bisect_tui.core.triage.records import CheckResult, DeterminismResult, RangeCheck
+from bisect_tui.core.triage.records import (
+    ArbiterResult,
+    CheckResult,
+    DeterminismResult,
+    FrameworkResult,
+    JsonView,
+    RangeCheck,
+)
 from bisect_tui.core.triage.summary import Verdicts
 
 
 class Triage(Overlap, FusedStep, TorchFrontEnd, Verdicts):
     """One triage of one model, persisted in its session directory."""
+
+    # each step's result is a record (`check`, `determinism_result`, ...); these are their JSON
+    fused = JsonView(CheckResult, "check")
+    determinism = JsonView(DeterminismResult, "determinism_result")
+    range_check = JsonView(RangeCheck, "range_result")
+    framework = JsonView(FrameworkResult, "framework_result")
+    arbiter = JsonView(ArbiterResult, "arbiter_result")
 
     def __init__(
         self,
@@ -58,11 +72,11 @@ class Triage(Overlap, FusedStep, TorchFrontEnd, Verdicts):
         self.inputs: Optional[InputSet] = None
         self.shapes: dict[str, list[int]] = {}
         self.baseline: Optional[BaselineResult] = None
-        self.determinism = None  # DeterminismResult in determinism_result, its JSON here
-        self.range_check = None  # RangeCheck in range_result, its JSON here
+        self.determinism_result: Optional[DeterminismResult] = None
+        self.range_result: Optional[RangeCheck] = None
         self.check: Optional[CheckResult] = None  # the engine under test, judged (check.json)
-        self.framework: Optional[dict] = None  # torch front end: golden data, cross-check, pitfalls
-        self.arbiter: Optional[dict] = None
+        self.framework_result: Optional[FrameworkResult] = None  # torch: golden data, cross-check, pitfalls
+        self.arbiter_result: Optional[ArbiterResult] = None
         # per-tensor errors of a fused graph already probed in this process (the
         # check's probe is the search's when both run at the user's settings)
         self.probe_errors: dict[tuple, dict] = {}
@@ -78,45 +92,6 @@ class Triage(Overlap, FusedStep, TorchFrontEnd, Verdicts):
         self._torch = None  # frontends.torch.step.TorchPrepared
         self._engine = engine
         self._engine_factory = engine_factory
-
-    @property
-    def check(self) -> Optional[CheckResult]:
-        return self._check
-
-    @check.setter
-    def check(self, result: Optional[CheckResult]) -> None:
-        self._check = result
-        self._fused_json = result.to_json() if result is not None else None
-
-    @property
-    def fused(self) -> Optional[dict]:
-        """check.json as JSON, for the code that reads dicts (report, search, app):
-        the same object until the comparison changes."""
-        return self._fused_json
-
-    @fused.setter
-    def fused(self, value: Union[None, dict, CheckResult]) -> None:
-        self.check = CheckResult.from_json(value) if isinstance(value, dict) else value
-
-    @property
-    def determinism(self) -> Optional[dict]:
-        """determinism.json as JSON, for the code that reads dicts."""
-        return self._determinism_json
-
-    @determinism.setter
-    def determinism(self, value: Optional[dict]) -> None:
-        self.determinism_result = DeterminismResult.from_json(value) if value is not None else None
-        self._determinism_json = self.determinism_result.to_json() if value is not None else None
-
-    @property
-    def range_check(self) -> Optional[dict]:
-        """range_check.json as JSON, for the code that reads dicts."""
-        return self._range_json
-
-    @range_check.setter
-    def range_check(self, value: Optional[dict]) -> None:
-        self.range_result = RangeCheck.from_json(value) if value is not None else None
-        self._range_json = self.range_result.to_json() if value is not None else None
 
     @property
     def max_memory(self) -> int:
@@ -310,7 +285,7 @@ class Triage(Overlap, FusedStep, TorchFrontEnd, Verdicts):
         if cached and cached.get("key") == key:
             self._drop_truth_source()
             self.arbiter = cached
-            return cached
+            return self.arbiter
         self.progress(Progress("arbiter", "float64 run of the whole model"))
         t0 = time.perf_counter()
         fused = self._load_fused_outputs()
