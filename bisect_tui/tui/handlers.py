@@ -6,18 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from bisect_tui.core.report import BISECT_VERDICT
+from bisect_tui.tui import messages as msg
 from bisect_tui.tui.format import short, show_path
-from bisect_tui.tui.messages import (
-    BisectFinished,
-    BisectInterrupted,
-    BisectStep,
-    EngineProgress,
-    ExportDone,
-    StepFinished,
-    StepStarted,
-    StepStopped,
-    WorkDone,
-)
 from bisect_tui.tui.screens.bisection import BisectionScreen
 from bisect_tui.tui.screens.checklist import ChecklistScreen
 from bisect_tui.tui.state import FINAL, BisectView
@@ -35,7 +25,7 @@ def bisect_state(verdict: str) -> str:
 class StateHandlers:
     """The handler half of `BisectApp` (a mixin of the App)."""
 
-    def on_engine_progress(self, m: EngineProgress) -> None:
+    def on_engine_progress(self, m: msg.EngineProgress) -> None:
         st = self.state
         if st is None:
             return
@@ -49,13 +39,13 @@ class StateHandlers:
         self.set_status(f"{m.stage}: {m.text}{done}", refresh=False)
         self.notify_screens(f"progress:{m.stage}")
 
-    def on_step_started(self, m: StepStarted) -> None:
+    def on_step_started(self, m: msg.StepStarted) -> None:
         st = self.state
         st.set(m.step, "running")
         self.set_status(f"running: {STEP_NAME[m.step]}...", refresh=False)
         self.notify_screens(m.step)
 
-    def on_step_finished(self, m: StepFinished) -> None:
+    def on_step_finished(self, m: msg.StepFinished) -> None:
         st = self.state
         p = m.payload
         if m.step == "inputs":
@@ -88,7 +78,7 @@ class StateHandlers:
         if m.step == "fused":
             self.notify_screens("settings")
 
-    def on_step_stopped(self, m: StepStopped) -> None:
+    def on_step_stopped(self, m: msg.StepStopped) -> None:
         st = self.state
         if st is None:
             return
@@ -132,13 +122,13 @@ class StateHandlers:
                 self.notify(short(m.text, 200), title="error", severity="error", timeout=6)
         self.notify_screens(step or "all")
 
-    def on_bisect_step(self, m: BisectStep) -> None:
+    def on_bisect_step(self, m: msg.BisectStep) -> None:
         b = self.state.bisect
         b.steps.append(m.step)
         b.builds = max(b.builds, int(m.step.get("builds", 0)))
         self.notify_screens("bisect_step")
 
-    def on_bisect_finished(self, m: BisectFinished) -> None:
+    def on_bisect_finished(self, m: msg.BisectFinished) -> None:
         st = self.state
         r = m.result
         st.bisect = BisectView(status="finished", steps=list(r.get("steps", [])),
@@ -157,7 +147,7 @@ class StateHandlers:
         self.set_status(text + "  (e exports the report)", refresh=False)
         self.notify_screens("bisect")
 
-    def on_bisect_interrupted(self, m: BisectInterrupted) -> None:
+    def on_bisect_interrupted(self, m: msg.BisectInterrupted) -> None:
         st = self.state
         st.bisect = BisectView(status="interrupted", recorded=m.recorded)
         st.set("bisect", "pending", f"interrupted after {m.recorded} recorded step(s); b resumes")
@@ -165,7 +155,7 @@ class StateHandlers:
                         "r resumes it, recorded steps are reused", refresh=False)
         self.notify_screens("bisect")
 
-    def on_export_done(self, m: ExportDone) -> None:
+    def on_export_done(self, m: msg.ExportDone) -> None:
         st = self.state
         st.exported = dict(m.paths)
         st.markdown = m.markdown
@@ -178,7 +168,7 @@ class StateHandlers:
         self.notify(text, title="export", timeout=6)
         self.notify_screens("status")
 
-    def on_work_done(self, m: WorkDone) -> None:
+    def on_work_done(self, m: msg.WorkDone) -> None:
         self.busy = None
         st = self.state
         if m.kind == "bisect" and st is not None and st.bisect.status == "running":
