@@ -12,7 +12,7 @@ Exit codes (also in docs/check.md):
      log file with the traceback, in <session>/log/)
   130 interrupted (Ctrl-C or SIGTERM); rerun the same command to resume
 
-Heavy libraries (onnxruntime, textual) are imported only inside commands so
+Heavy libraries (the engines', textual) are imported only inside commands so
 `--help` stays instant.
 """
 
@@ -212,7 +212,7 @@ def entry() -> None:
 
     By the time main() returns, every file of the run is written and closed
     (atomic writes, the session, the reports) and its workers are stopped;
-    what is left for the interpreter is tearing down ONNX Runtime, numpy and
+    what is left for the interpreter is tearing down the engine's library, numpy and
     the model's thousands of protobuf objects: 50-200 ms that nobody waits
     for. The exit handlers (a determinism run to stop) and the streams are
     run and flushed first; the code is main()'s."""
