@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from bisect_tui.core.tolerance import ToleranceSpec, parse_tolerance
-from bisect_tui.engines.base import EngineConfig
+from bisect_tui.api import EngineConfig
 
 
 @dataclass

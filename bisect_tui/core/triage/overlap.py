@@ -41,7 +41,7 @@ class Overlap:
             return None
         from bisect_tui.core.baseline import baseline_key
         from bisect_tui.core.checks import SecondRun, determinism_plan
-        from bisect_tui.core.runner import model_sizes
+        from bisect_tui.core.groups import model_sizes
 
         assert self.info and self.session and self.inputs
         cached = self.session.read_json("determinism.json")
@@ -102,7 +102,7 @@ class Overlap:
         if cores() < 2 or not any(a.dtype.kind == "f" for a in self.inputs.arrays.values()):
             return
         from bisect_tui.core.baseline import baseline_key
-        from bisect_tui.core.runner import model_sizes
+        from bisect_tui.core.groups import model_sizes
 
         assert self.info and self.session and self.inputs
         sizes, _ = model_sizes(self.info, self.shapes)
