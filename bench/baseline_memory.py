@@ -154,9 +154,10 @@ def child(mode: str, model: Path, workdir: Path, budget: int) -> dict:
         out: dict = {"mode": mode, "budget": budget}
         if mode == "budgeted":
             from bisect_tui.core.pipeline import Triage, TriageOptions
+            from bisect_tui.engine_choice import engine_factory
 
             t = Triage(TriageOptions(model=model, session_dir=workdir, max_memory=budget,
-                                     check_determinism=False))
+                                     check_determinism=False), engine_factory=engine_factory("ort"))
             t.prepare()
             out["floor_rss"] = _Sampler.read()["rss"]
             t0 = time.perf_counter()

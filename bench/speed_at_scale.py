@@ -185,10 +185,12 @@ def dump_throughput(tmp: Path) -> dict:
     from baseline_memory import build_model
 
     from bisect_tui.core.pipeline import Triage, TriageOptions
+    from bisect_tui.engine_choice import engine_factory
 
     model = tmp / "chain.onnx"
     build_model(model, 48)  # 48 elementwise ops on [1, 64, 256, 256]: 16 MiB each, 768 MiB in all
-    t = Triage(TriageOptions(model=model, session_dir=tmp / "dump_session", check_determinism=False))
+    t = Triage(TriageOptions(model=model, session_dir=tmp / "dump_session", check_determinism=False),
+               engine_factory=engine_factory("ort"))
     t.prepare()
     os.sync()  # start both timings with nothing left to flush
     t0 = time.perf_counter()

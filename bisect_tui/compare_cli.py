@@ -27,7 +27,7 @@ PRESET_DEFAULT = "from the test's dtype: fp16 for float16, bf16 for bfloat16, in
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
-    from bisect_tui.cli import add_tolerance_options
+    from bisect_tui.options import add_tolerance_options
 
     p = subparsers.add_parser(
         "compare", help="judge an engine's dumped outputs (.npy/.npz) against golden data",

@@ -15,6 +15,10 @@ from onnx import helper
 
 from testlib import REPO, init, make_model, vi  # noqa: F401  (re-exported for fixtures)
 
+from bisect_tui.engine_choice import install_registry
+
+install_registry()  # the registry's engines for the triages tests make without injecting one
+
 
 @pytest.fixture(autouse=True)
 def _isolated_state(tmp_path_factory, monkeypatch):

@@ -96,6 +96,14 @@ def test_crosscheck_maps_by_metadata_and_reports_coverage(tiny):
     assert q["method"] == "metadata" and q["onnx_tensor"] == "linear" and q["max_abs"] < 1e-5
     root = next(m for m in cc["matches"] if m["module"] == "(root)")
     assert root["onnx_tensor"] == tiny.info.outputs[0]
+    # the typed record writes crosscheck.json back key for key, in order
+    from bisect_tui.core.triage.records import FrameworkResult
+
+    saved = json.loads((tiny._torch.dir / "crosscheck.json").read_text())
+    record = tiny.framework_result
+    assert isinstance(record, FrameworkResult) and record.export_matches and record.golden["deterministic"]
+    assert record.to_json() == saved and list(record.to_json()) == list(saved)
+    assert FrameworkResult.from_json(saved) == record
 
 
 def test_reference_interface_is_shared(tiny):

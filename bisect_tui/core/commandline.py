@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import shlex
 from pathlib import Path
-from typing import Optional
+from typing import Optional, Sequence
 
 from bisect_tui.core.tolerance import PRESETS
 
@@ -20,15 +20,13 @@ def _g(x: float) -> str:
     return f"{x:g}"
 
 
-def engine_argv(engine: str, c) -> list[str]:
-    """The engine's flags for `c`, from its declared options (values that differ from
+def engine_argv(options: Sequence, c) -> list[str]:
+    """The engine's flags for `c`, from its declared `options` (values that differ from
     the defaults), with the common --precision after the first of them."""
     import json
 
-    from bisect_tui.engines.registry import declaration
-
     out: list[str] = []
-    opts = list(declaration(engine).OPTIONS)
+    opts = list(options)
     precision = ["--precision", c.precision] if c.precision != "fp32" else []
     if not opts:
         return precision
@@ -43,9 +41,11 @@ def engine_argv(engine: str, c) -> list[str]:
                     value = json.loads(value)
                 except ValueError:
                     value = [value]
+            implied = opt.config_value(type(c)())  # what a config holds when nothing is given
+            implied = () if isinstance(implied, str) else tuple(implied or ())
             for n in value or ():
-                if opt.field == "options.providers" and n == "CPUExecutionProvider":
-                    continue  # the fallback every provider list ends with
+                if n in implied:
+                    continue  # the engine's own fallback (every such list ends with it)
                 out += [opt.flag, str(n)]
         elif value not in (None, "", opt.default):
             out += [opt.flag, str(value)]
@@ -54,9 +54,11 @@ def engine_argv(engine: str, c) -> list[str]:
     return out
 
 
-def command_argv(opts, command: str = "check", model_name: Optional[str] = None) -> list[str]:
+def command_argv(opts, command: str = "check", model_name: Optional[str] = None,
+                 options: Optional[Sequence] = None) -> list[str]:
     """argv (without the program name) that reruns `opts`; the model as a file name
-    (paths of the reporter's machine mean nothing to the reader)."""
+    (paths of the reporter's machine mean nothing to the reader). `options`: the
+    engine's declared options; by default those of the installed engine catalog."""
     from bisect_tui.core.inputs import value_text
 
     torch = getattr(opts, "torch", None)
@@ -84,7 +86,11 @@ def command_argv(opts, command: str = "check", model_name: Optional[str] = None)
     c = opts.config
     if opts.engine != "ort":
         argv += ["--engine", opts.engine]
-    argv += engine_argv(opts.engine, c)
+    if options is None:
+        from bisect_tui.core.triage.catalog import installed
+
+        options = installed().options(opts.engine)
+    argv += engine_argv(options, c)
     for n in getattr(c, "keep_fp32", ()):
         argv += ["--keep-fp32", n]
     tol = opts.tolerance.default
@@ -112,5 +118,6 @@ def command_argv(opts, command: str = "check", model_name: Optional[str] = None)
     return argv
 
 
-def command_line(opts, command: str = "check", model_name: Optional[str] = None) -> str:
-    return "bisect-tui " + " ".join(shlex.quote(a) for a in command_argv(opts, command, model_name))
+def command_line(opts, command: str = "check", model_name: Optional[str] = None,
+                 options: Optional[Sequence] = None) -> str:
+    return "bisect-tui " + " ".join(shlex.quote(a) for a in command_argv(opts, command, model_name, options))

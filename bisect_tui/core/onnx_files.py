@@ -67,7 +67,7 @@ def uses_external_data(model: onnx.ModelProto) -> bool:
 
 
 def save_model(model: onnx.ModelProto, path: Path, threshold: int = EXTERNAL_DATA_THRESHOLD) -> None:
-    """Write a model for ORT; with external data when it would not fit in protobuf.
+    """Write a model for the runtimes; with external data when it would not fit in protobuf.
 
     The .onnx is written under a temporary name and renamed, so a concurrent
     reader never sees half a file."""

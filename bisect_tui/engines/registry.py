@@ -64,3 +64,11 @@ def get_engine(name: str):
 
 def engine_names() -> list[str]:
     return list(_all())
+
+
+def default_reference():
+    """The unfused FP32 side the baseline runs on: ONNX Runtime with every
+    optimization off (the one reference this tool ships; api/reference.py)."""
+    from bisect_tui.engines.ort.unfused import OrtUnfused
+
+    return OrtUnfused()

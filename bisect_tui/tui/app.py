@@ -1,65 +1,36 @@
 """The bisect-tui app: picker -> checklist -> bisection, all engine work in threads.
 
 Threading rule: engine work runs only in `@work(thread=True, group="engine")`
-workers that get the worker's `cancelled_event` as their CancelToken. Worker
-threads never touch widgets; they post messages (see messages.py) which the
-handlers below turn into `self.state` updates, then every screen on the stack
-re-renders the part that changed (`state_changed(what)`).
+workers (workers.py) that get the worker's `cancelled_event` as their
+CancelToken. Worker threads never touch widgets; they post messages (see
+messages.py) which the handlers (handlers.py) turn into `self.state` updates,
+then every screen on the stack re-renders the part that changed
+(`state_changed(what)`). This module opens models and runs the commands.
 """
 
 from __future__ import annotations
 
-import traceback
 from pathlib import Path
 from typing import Optional
 
-from textual import work
 from textual.app import App, SystemCommand
 from textual.binding import Binding
-from textual.worker import get_current_worker
 
-from bisect_tui.core.cancel import CancelToken, Progress
-from bisect_tui.core.errors import Cancelled, ExitCode, UserError
-from bisect_tui.core.pipeline import Triage, TriageOptions
-from bisect_tui.tui.format import relpath_or_name, short, show_path
-from bisect_tui.tui.messages import (
-    BisectFinished,
-    BisectInterrupted,
-    BisectStep,
-    EngineProgress,
-    ExportDone,
-    StepFinished,
-    StepStarted,
-    StepStopped,
-    WorkDone,
-)
+from bisect_tui.core.errors import ExitCode
+from bisect_tui.core.pipeline import Triage, TriageOptions, plan_steps
+from bisect_tui.engine_choice import engine_factory, install_registry
+from bisect_tui.tui.format import relpath_or_name, show_path
+from bisect_tui.tui.handlers import StateHandlers
 from bisect_tui.tui.screens.bisection import BisectionScreen
 from bisect_tui.tui.screens.checklist import ChecklistScreen
 from bisect_tui.tui.screens.help import HelpScreen
 from bisect_tui.tui.screens.picker import Picked, PickerScreen
 from bisect_tui.tui.screens.settings import SettingsScreen
-from bisect_tui.tui.state import ENGINE_STEPS, FINAL, BisectView, TriageState, info_payload
-from bisect_tui.core.report import BISECT_VERDICT
-from bisect_tui.tui.texts import STEP_NAME
-
-# the checklist state of the bisection: finding a culprit is the search succeeding
-BISECT_STATE = {"pass": "passed", "culprits": "found", "not_fusion": "unclear", "no_culprit": "unclear"}
+from bisect_tui.tui.state import ENGINE_STEPS, FINAL, BisectView, TriageState
+from bisect_tui.tui.workers import EngineWorkers
 
 
-def bisect_state(verdict: str) -> str:
-    return BISECT_STATE.get(verdict, "unclear")
-
-DEPS = {
-    "inputs": (),
-    "baseline": ("inputs",),
-    "determinism": ("inputs", "baseline"),
-    "range_check": ("inputs", "baseline"),
-    "fused": ("inputs", "baseline"),
-}
-BISECT_STAGES = ("bisect", "isolate", "attribute", "workaround")
-
-
-class BisectApp(App[int]):
+class BisectApp(EngineWorkers, StateHandlers, App[int]):
     """Find the fused operator that breaks tolerance, step by step."""
 
     CSS_PATH = "app.tcss"
@@ -77,6 +48,7 @@ class BisectApp(App[int]):
     def __init__(self, options: Optional[TriageOptions] = None, resume: bool = False,
                  max_builds: int = 200, engine=None) -> None:
         super().__init__()
+        install_registry()  # the core's triages load the registry's engines by name
         self.engine = engine  # injected engine object (tests); None: the registry's, by name
         self.initial_options = options
         self.initial_resume = resume
@@ -193,7 +165,8 @@ class BisectApp(App[int]):
     def _get_triage(self) -> Triage:
         assert self.state is not None
         if self.triage is None:
-            self.triage = Triage(self.state.options, engine=self.engine)
+            opts = self.state.options
+            self.triage = Triage(opts, engine=self.engine, engine_factory=engine_factory(opts.engine))
         return self.triage
 
     def _plan(self, targets: list[str]) -> list[str]:
@@ -208,13 +181,10 @@ class BisectApp(App[int]):
             "range_check": t.range_check is not None,
             "fused": t.fused is not None and not st.options_dirty,
         }
-        plan: set[str] = set()
-        for target in targets:
-            plan.update(d for d in DEPS[target] if not have[d])
-            plan.add(target)
+        plan = plan_steps(targets, have)
         if st.options_dirty and "fused" in plan:
-            plan.add("inputs")  # re-prepare: the session records the new engine settings
-        return [s for s in ENGINE_STEPS if s in plan]
+            plan = plan_steps([*plan, "inputs"], have)  # re-prepare: the session records the new engine settings
+        return plan
 
     # ------------------------------------------------------------------ commands
     def _refuse_if_busy(self) -> bool:
@@ -319,375 +289,6 @@ class BisectApp(App[int]):
         self.set_status("reopening the session: reloading finished steps...")
         self._begin("restore")
         self._restore_worker(plan, self._restore_bisect)
-
-    # ------------------------------------------------------------------ workers (threads)
-    def _progress(self, p: Progress) -> None:
-        """Called in the worker thread by the core: only posts messages."""
-        data = dict(p.data or {})
-        step = data.pop("step", None)
-        if p.stage == "bisect" and step is not None:
-            self.post_message(BisectStep(dict(step)))
-        self.post_message(EngineProgress(p.stage, p.message, p.done, p.total, data))
-
-    def _arm(self, t: Triage) -> None:
-        worker = get_current_worker()
-        t.progress = self._progress
-        t.cancel = CancelToken(worker.cancelled_event)
-
-    def _run_plan(self, t: Triage, plan: list[str], stop_on_bad: bool, cur: list) -> bool:
-        """Run checklist steps in this thread; True when a bad baseline stopped the run."""
-        for step in plan:
-            cur[0] = step
-            self.post_message(StepStarted(step))
-            if step == "inputs":
-                t.prepare()
-                payload = {"info": info_payload(t.info),
-                           "inputs": {"arrays": t.inputs.describe(), "source": dict(t.inputs.source)},
-                           "session": str(t.session.root)}
-                state = "passed"
-            elif step == "baseline":
-                res = t.run_baseline()
-                payload = {"manifest": res.manifest, "reused": res.reused}
-                state = "passed"
-            elif step == "determinism":
-                d = t.run_determinism()
-                payload = {"determinism": d}
-                state = "skipped" if d.get("skipped") else ("passed" if d["deterministic"] else "failed")
-            elif step == "range_check":
-                rc = t.run_range_check()
-                payload = {"range_check": rc}
-                state = "passed" if rc["ok"] else "failed"
-            elif step == "fused":
-                t.run_framework()  # PyTorch models only: golden data and the export cross-check
-                f = t.run_fused()
-                t.run_arbiter()
-                payload = {"fused": f, "summary": t.summary()}
-                state = "passed" if f["passed"] else "failed"
-            else:  # pragma: no cover - plans only hold engine steps
-                continue
-            self.post_message(StepFinished(step, state, payload))
-            if stop_on_bad and step == "determinism" and t.determinism.get("deterministic") is False:
-                self.post_message(StepStopped(None, "halt", "stopped: the baseline is not deterministic: "
-                                              + (t.determinism.get("advice") or "fix it first")))
-                return True
-            if stop_on_bad and step == "range_check" and t.range_check["nan_inf"]:
-                origin = t.range_check.get("nan_inf_origin")
-                self.post_message(StepStopped(None, "halt", "stopped: NaN/Inf in the baseline: "
-                                              + (origin["advice"] if origin else "fix the model or inputs first")))
-                return True
-        return False
-
-    def _fail_text(self, exc: BaseException) -> str:
-        root = self.state.session_root if self.state else None
-        where = ""
-        if root is not None and Path(root).is_dir():
-            try:
-                log = Path(root) / "tui-error.log"
-                log.write_text("".join(traceback.format_exception(type(exc), exc, exc.__traceback__)),
-                               encoding="utf-8")
-                where = f" (traceback in {show_path(log)})"
-            except OSError:
-                pass
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-        return f"internal error: {type(exc).__name__}: {short(first, 160)}{where}"
-
-    @work(thread=True, exclusive=True, group="engine", exit_on_error=False)
-    def _engine_worker(self, plan: list[str], stop_on_bad: bool, then_bisect: bool) -> None:
-        from bisect_tui.core.bisect.search import BuildBudgetExceeded
-
-        kind = "bisect" if then_bisect else "checks"
-        outcome = "done"
-        cur: list = [None]
-        t = self.triage
-        try:
-            self._arm(t)
-            halted = self._run_plan(t, plan, stop_on_bad, cur)
-            if halted:
-                outcome = "halted"
-                if then_bisect:
-                    self.post_message(StepStopped("bisect", "halt", "the bisection needs a sane baseline"))
-            elif then_bisect:
-                from bisect_tui.core.bisect.run import run_bisection
-
-                cur[0] = "bisect"
-                result = run_bisection(t, max_builds=self.max_builds)
-                self.post_message(BisectFinished(result, t.summary()))
-        except Cancelled:
-            outcome = "cancelled"
-            self.post_message(StepStopped(cur[0], "cancelled", "cancelled"))
-        except (UserError, BuildBudgetExceeded) as exc:
-            outcome = "error"
-            suggestion = getattr(exc, "suggestion", None)
-            self.post_message(StepStopped(cur[0], "error", str(exc), suggestion))
-        except Exception as exc:  # a bug: still one line on screen, traceback in the session
-            outcome = "error"
-            self.post_message(StepStopped(cur[0], "error", self._fail_text(exc)))
-        finally:
-            self.post_message(WorkDone(kind, outcome))
-
-    @work(thread=True, exclusive=True, group="engine", exit_on_error=False)
-    def _restore_worker(self, plan: list[str], bisect_state: Optional[str]) -> None:
-        outcome = "done"
-        cur: list = [None]
-        t = self.triage
-        try:
-            self._arm(t)
-            self._run_plan(t, plan, False, cur)
-            if bisect_state in ("passed", "failed") and t.fused is not None:
-                result = t.session.read_json("bisect/result.json")
-                if result:
-                    self.post_message(BisectFinished(result, t.summary(), loaded=True))
-            elif bisect_state in ("running", "cancelled"):
-                path = t.session.bisect_dir / "steps.jsonl"
-                n = len(path.read_text(encoding="utf-8").splitlines()) if path.exists() else 0
-                self.post_message(BisectInterrupted(n))
-        except Cancelled:
-            outcome = "cancelled"
-            self.post_message(StepStopped(cur[0], "cancelled", "cancelled"))
-        except UserError as exc:
-            outcome = "error"
-            self.post_message(StepStopped(cur[0], "error", str(exc)))
-        except Exception as exc:
-            outcome = "error"
-            self.post_message(StepStopped(cur[0], "error", self._fail_text(exc)))
-        finally:
-            self.post_message(WorkDone("restore", outcome))
-
-    @work(thread=True, exclusive=True, group="engine", exit_on_error=False)
-    def _export_worker(self, result: Optional[dict], copy: bool) -> None:
-        outcome = "done"
-        t = self.triage
-        try:
-            paths, md = self.write_outputs(t, result)
-            self.post_message(ExportDone(paths, md, copy))
-        except UserError as exc:
-            outcome = "error"
-            self.post_message(StepStopped(None, "error", str(exc)))
-        except Exception as exc:
-            outcome = "error"
-            self.post_message(StepStopped(None, "error", self._fail_text(exc)))
-        finally:
-            self.post_message(WorkDone("export", outcome))
-
-    def write_outputs(self, t: Triage, result: Optional[dict]) -> tuple[dict, str]:
-        """The session's report.md/json, plots and bundle, plus `tui --json/--report`
-        copies: the same files the CLI writes. Safe to call from a worker thread."""
-        from bisect_tui.core import atomic
-        from bisect_tui.core.bisect.command import export_session, public_json, write_report_copy
-
-        full, md, paths = export_session(t, t.summary(), result)
-        if self.output_json:
-            atomic.write_json(self.output_json, public_json(full))
-            paths["--json"] = str(self.output_json)
-        if self.output_report:
-            write_report_copy(full, self.output_report)
-            paths["--report"] = str(self.output_report)
-        self._outputs_written_for = (id(t.fused), id(result))
-        return paths, md
-
-    def save_value_plot(self, output: Optional[str]) -> None:
-        """p: the selected output's baseline/fused value histograms overlaid, as a PNG."""
-        st = self.state
-        if st is None or not st.fused or not output or st.session_root is None:
-            self.set_status("nothing to plot yet: run the comparison first (a runs every check)", error=True)
-            return
-        self.set_status(f"drawing the value histograms of {output}...")
-        self._plot_worker(output, dict(st.fused["outputs"][output]), Path(st.session_root) / "plots")
-
-    @work(thread=True, group="plot", exit_on_error=False)
-    def _plot_worker(self, output: str, o: dict, folder: Path) -> None:
-        from bisect_tui.core.escape import safe_filename
-        from bisect_tui.core.plots import value_histograms
-
-        try:
-            folder.mkdir(parents=True, exist_ok=True)
-            path = folder / f"{safe_filename(output)}.png"
-            ok = value_histograms(path, output, o)
-            text = f"saved {show_path(path)}: baseline and fused values overlaid, and the error" if ok \
-                else f"{output}: no histogram to draw"
-        except OSError as exc:
-            text = f"error: could not write the plot: {exc}"
-        self.call_from_thread(self.set_status, text, text.startswith("error"))
-
-    def _write_outputs_on_quit(self) -> None:
-        """`tui --json/--report` promise files: write what the app holds when it closes."""
-        if not (self.output_json or self.output_report) or self.busy:
-            return
-        t, st = self.triage, self.state
-        if t is None or t.fused is None or st is None:
-            return
-        result = st.bisect.result
-        if self._outputs_written_for == (id(t.fused), id(result)):
-            return
-        try:
-            self.write_outputs(t, result)
-        except (UserError, OSError) as exc:
-            self.set_status(f"error: could not write --json/--report: {exc}", error=True)
-
-    # ------------------------------------------------------------------ message handlers (UI thread)
-    def on_engine_progress(self, m: EngineProgress) -> None:
-        st = self.state
-        if st is None:
-            return
-        st.live[m.stage] = {"text": m.text, "done": m.done, "total": m.total, "data": m.data}
-        if m.stage in BISECT_STAGES:
-            st.bisect.stage_text = f"{m.stage}: {m.text}"
-            if m.stage == "bisect":
-                st.bisect.builds = int(m.done)
-                st.bisect.total = int(m.total or 0)
-        done = f" ({m.done:g}/{m.total:g})" if m.total else ""
-        self.set_status(f"{m.stage}: {m.text}{done}", refresh=False)
-        self.notify_screens(f"progress:{m.stage}")
-
-    def on_step_started(self, m: StepStarted) -> None:
-        st = self.state
-        st.set(m.step, "running")
-        self.set_status(f"running: {STEP_NAME[m.step]}...", refresh=False)
-        self.notify_screens(m.step)
-
-    def on_step_finished(self, m: StepFinished) -> None:
-        st = self.state
-        p = m.payload
-        if m.step == "inputs":
-            st.info = p["info"]
-            st.inputs = p["inputs"]
-            st.session_dir = Path(p["session"])
-        elif m.step == "baseline":
-            st.manifest = p["manifest"]
-            st.baseline_reused = p["reused"]
-        elif m.step == "determinism":
-            st.determinism = p["determinism"]
-        elif m.step == "range_check":
-            st.range_check = p["range_check"]
-        elif m.step == "fused":
-            st.fused = p["fused"]
-            st.summary = p["summary"]
-            st.options_dirty = False
-            if st.states["settings"] not in FINAL:
-                st.set("settings", "passed")
-        st.set(m.step, m.state)
-        st.live.pop(m.step, None)
-        verdict = {"passed": "✔ passed", "failed": "✘ failed", "skipped": "– skipped"}[m.state]
-        extra = ""
-        if m.step == "fused" and m.state == "failed":
-            extra = ": tolerance broken, press b to find the fused op at fault"
-        elif m.step == "fused":
-            extra = ": within tolerance"
-        self.set_status(f"{STEP_NAME[m.step]} {verdict}{extra}", error=False, refresh=False)
-        self.notify_screens(m.step)
-        if m.step == "fused":
-            self.notify_screens("settings")
-
-    def on_step_stopped(self, m: StepStopped) -> None:
-        st = self.state
-        if st is None:
-            return
-        step = m.step
-        if m.reason == "cancelled":
-            if step == "bisect" or self.busy == "bisect":
-                st.bisect.status = "cancelled"
-                st.set("bisect", "pending", "cancelled; b resumes it")
-            if step and step != "bisect" and st.states.get(step) == "running":
-                st.set(step, "pending", "cancelled; r runs it again, finished parts are reused")
-            if step == "bisect":
-                self.set_status("bisection cancelled: r resumes it, recorded steps are reused", refresh=False)
-            else:
-                self.set_status(f"{STEP_NAME[step] if step else 'work'} cancelled: run it again to resume, "
-                                "finished parts are reused", refresh=False)
-        elif m.reason == "halt":
-            st.halted = m.text
-            if step == "bisect":
-                st.bisect.status = "error"
-                st.bisect.error = m.text
-                st.set("bisect", "pending", "needs a sane baseline")
-            self.set_status(m.text if step != "bisect" else st.halted or m.text, error=True, refresh=False)
-            if step != "bisect":
-                self.notify(short(m.text, 200), severity="error", timeout=6)
-        else:
-            if step == "bisect" or (self.busy == "bisect" and step is None):
-                st.bisect.status = "error"
-                st.bisect.error = m.text
-                st.set("bisect", "failed", "stopped by an error")
-            elif step:
-                st.set(step, "failed", short(m.text, 60))
-            if m.suggestion is not None:  # dynamic inputs: the settings form opens with the suggestion
-                st.suggestion = m.suggestion
-                st.input_error = m.text
-                st.set("inputs", "failed", "press o")
-                self.set_status("inputs need shapes or values: press o, the form holds a suggestion that ran",
-                                error=True, refresh=False)
-                self.notify(short(m.text, 300), title="inputs", severity="warning", timeout=10)
-            else:
-                self.set_status(f"error: {m.text}", error=True, refresh=False)
-                self.notify(short(m.text, 200), title="error", severity="error", timeout=6)
-        self.notify_screens(step or "all")
-
-    def on_bisect_step(self, m: BisectStep) -> None:
-        b = self.state.bisect
-        b.steps.append(m.step)
-        b.builds = max(b.builds, int(m.step.get("builds", 0)))
-        self.notify_screens("bisect_step")
-
-    def on_bisect_finished(self, m: BisectFinished) -> None:
-        st = self.state
-        r = m.result
-        st.bisect = BisectView(status="finished", steps=list(r.get("steps", [])),
-                               builds=int(r.get("engine_builds", 0)),
-                               total=int(r.get("engine_builds", 0)), result=r)
-        if m.summary:
-            st.summary = m.summary
-        st.set("bisect", bisect_state(r["verdict"]))
-        if r["culprits"]:
-            names = "; ".join(f"{c['op_type']} from {', '.join(c['optimizers']) or '?'}" for c in r["culprits"])
-            text = f"bisection found {len(r['culprits'])} culprit(s): {names}"
-        else:
-            text = f"bisection: {BISECT_VERDICT.get(r['verdict'], r['verdict'])}"
-        if m.loaded:
-            text = "session reopened; " + text
-        self.set_status(text + "  (e exports the report)", refresh=False)
-        self.notify_screens("bisect")
-
-    def on_bisect_interrupted(self, m: BisectInterrupted) -> None:
-        st = self.state
-        st.bisect = BisectView(status="interrupted", recorded=m.recorded)
-        st.set("bisect", "pending", f"interrupted after {m.recorded} recorded step(s); b resumes")
-        self.set_status(f"the bisection was interrupted after {m.recorded} recorded step(s): "
-                        "r resumes it, recorded steps are reused", refresh=False)
-        self.notify_screens("bisect")
-
-    def on_export_done(self, m: ExportDone) -> None:
-        st = self.state
-        st.exported = dict(m.paths)
-        st.markdown = m.markdown
-        shown = ", ".join(show_path(p) for k, p in m.paths.items() if k != "plots")
-        text = f"exported {shown}"
-        if m.copy:
-            self.copy_to_clipboard(m.markdown)
-            text += "; Markdown copied to the clipboard"
-        self.set_status(text, refresh=False)
-        self.notify(text, title="export", timeout=6)
-        self.notify_screens("status")
-
-    def on_work_done(self, m: WorkDone) -> None:
-        self.busy = None
-        st = self.state
-        if m.kind == "bisect" and st is not None and st.bisect.status == "running":
-            st.bisect.status = "cancelled" if m.outcome == "cancelled" else (
-                "error" if m.outcome in ("error", "halted") else st.bisect.status)
-        if m.kind == "restore" and st is not None and m.outcome == "done":
-            if st.bisect.result is not None or st.bisect.status == "interrupted":
-                if not isinstance(self.screen, BisectionScreen):
-                    self.push_screen(BisectionScreen())
-            else:
-                for screen in self.screen_stack:
-                    if isinstance(screen, ChecklistScreen):
-                        screen.select(st.next_step() or "fused")
-            if st.bisect.result is None and st.bisect.status != "interrupted":
-                self.set_status("session reopened: r runs the next step"
-                                if st.next_step() else "session reopened: b bisects, e exports",
-                                refresh=False)
-        self.notify_screens("all")
-        self.notify_screens("busy")
 
     # ------------------------------------------------------------------ global actions
     def action_quit_app(self) -> None:

@@ -10,10 +10,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-from bisect_tui.core.pipeline import TriageOptions
+from bisect_tui.core.pipeline import CHECK_STEPS, TriageOptions
 from bisect_tui.tui.texts import STEP_IDS
 
-ENGINE_STEPS = ("inputs", "baseline", "determinism", "range_check", "fused")
+ENGINE_STEPS = CHECK_STEPS  # the checklist order, declared once in core/triage/steps.py
 FINAL = ("passed", "failed", "skipped", "found", "unclear")
 
 

@@ -65,37 +65,6 @@ class PickSuggest(Message):
         self.text = text
 
 
-def options_for(path: Path, flags: str):
-    """TriageOptions from input flags written as on the command line (the same
-    parser as `bisect-tui check`, so what works there works here)."""
-    import shlex
-
-    from bisect_tui.cli import build_parser, options_from_args
-    from bisect_tui.core.errors import UserError
-
-    try:
-        tokens = shlex.split(flags)
-    except ValueError as exc:
-        raise UserError(f"input options: {exc}") from None
-    allowed = {"--shape", "--input-value", "--input", "--input-range", "--seed", "--samples", "--session"}
-    for t in tokens:
-        if t.startswith("-") and t.split("=", 1)[0] not in allowed:
-            raise UserError(f"input options: {t} is not an input option here; use "
-                            + ", ".join(sorted(allowed)) + " (engine settings are in the settings form, o)")
-
-    import contextlib
-    import io
-
-    err = io.StringIO()
-    try:  # a typo is a line in the picker, never an exit or a print over the screen
-        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
-            args = build_parser().parse_args(["check", str(path), *tokens])
-    except SystemExit:
-        line = err.getvalue().strip().splitlines()
-        raise UserError("input options: " + (line[-1].removeprefix("bisect-tui: error: ") if line else "not valid"))
-    return options_from_args(args)
-
-
 class PickFailed(Message):
     def __init__(self, text: str) -> None:
         super().__init__()
@@ -229,7 +198,7 @@ class PickerScreen(Screen):
 
         try:
             if kind == "torch":
-                from bisect_tui.core.pipeline import TriageOptions
+                from bisect_tui.core.triage.options import TriageOptions
                 from bisect_tui.frontends.torch import TorchSpec
                 from bisect_tui.frontends.torch.factory import import_factory
 
@@ -245,12 +214,13 @@ class PickerScreen(Screen):
             else:
                 from bisect_tui.core.input_suggest import check_config_inputs, resolve_shapes
                 from bisect_tui.core.model import load_model_info
-                from bisect_tui.core.pipeline import default_reference
+                from bisect_tui.core.triage import catalog
+                from bisect_tui.options import options_for_input_flags
 
-                opts = options_for(path, flags)
+                opts = options_for_input_flags(path, flags)
                 info = load_model_info(path)
                 if not opts.input_file:
-                    resolve_shapes(info, opts.shapes, opts.input_values, default_reference())
+                    resolve_shapes(info, opts.shapes, opts.input_values, catalog.installed().reference())
                     check_config_inputs(info, opts.input_values, opts.input_ranges)
                 self.app.post_message(Picked(opts, False))
         except InputsNeedValues as exc:
