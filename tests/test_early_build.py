@@ -25,10 +25,10 @@ def _blocked_threads(monkeypatch) -> list[str]:
     seen: list[str] = []
     real = OrtEngine.build
 
-    def build(self, model_path, config, marked=(), workdir=None):
+    def build(self, model_path, config, marked=(), workdir=None, *, context=None):
         if len(marked) > 10:
             seen.append(threading.current_thread().name)
-        return real(self, model_path, config, marked, workdir)
+        return real(self, model_path, config, marked, workdir, context=context)
 
     monkeypatch.setattr(OrtEngine, "build", build)
     return seen
@@ -83,10 +83,10 @@ def test_the_suspects_attribution_build_starts_after_the_check_and_is_taken(samp
     seen: list[str] = []
     real = OrtEngine.build
 
-    def build(self, model_path, config, marked=(), workdir=None):
+    def build(self, model_path, config, marked=(), workdir=None, *, context=None):
         if config.disabled_passes and not marked and workdir is not None:
             seen.append(threading.current_thread().name)
-        return real(self, model_path, config, marked, workdir)
+        return real(self, model_path, config, marked, workdir, context=context)
 
     monkeypatch.setattr(OrtEngine, "build", build)
     t = _triage(samples / "transformer_block.onnx", tmp_path / "early", True)

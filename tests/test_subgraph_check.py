@@ -181,10 +181,10 @@ def test_blocked_build_made_during_the_subgraph_check_changes_nothing(samples, t
     where = {}
     real = OrtEngine.build
 
-    def build(self, model_path, config, marked=(), workdir=None):
+    def build(self, model_path, config, marked=(), workdir=None, *, context=None):
         if len(marked) > 10:  # the blocked build marks every tensor
             where["blocked"] = threading.current_thread().name
-        return real(self, model_path, config, marked, workdir)
+        return real(self, model_path, config, marked, workdir, context=context)
 
     monkeypatch.setattr(OrtEngine, "build", build)
     with_pf = run_bisection(gelu_triage(samples / "transformer_block.onnx", tmp_path / "pf"))
@@ -212,10 +212,10 @@ def test_attribution_build_starts_before_the_suspect_is_judged_and_changes_nothi
     seen: dict = {}
     real_build, real_check = OrtEngine.build, sc.suspect_on_subgraph
 
-    def build(self, model_path, config, marked=(), workdir=None):
+    def build(self, model_path, config, marked=(), workdir=None, *, context=None):
         if config.disabled_passes and not marked and workdir is not None:  # a full-engine rebuild
             seen.setdefault("attribution", (threading.current_thread().name, time.perf_counter()))
-        return real_build(self, model_path, config, marked, workdir)
+        return real_build(self, model_path, config, marked, workdir, context=context)
 
     def check(*a, **k):
         try:

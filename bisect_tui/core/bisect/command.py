@@ -41,10 +41,9 @@ def export_session(triage, summary: dict, result, with_plots: bool = True) -> tu
                                                triage.opts.tolerance.default.to_dict(), md, __version__,
                                                triage.engine, result.get("workaround")))
         # the keep-set repro is the engine's own (it knows its precision pin)
-        writer = getattr(triage.engine, "add_keepset_repro", None)
         keepset = (result.get("precision") or {}).get("kind") != "precision_setting"
-        if writer and keepset and ((result.get("precision") or {}).get("passed") or result.get("engine_error")):
-            writer(Path(paths["bundle.zip"]), triage, result, __version__)
+        if keepset and ((result.get("precision") or {}).get("passed") or result.get("engine_error")):
+            triage.engine.add_keepset_repro(Path(paths["bundle.zip"]), triage, result, __version__)
         _attach_plots(paths["bundle.zip"], plots)
     full["_plot_files"] = plots
     return full, md, paths

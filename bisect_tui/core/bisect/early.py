@@ -45,11 +45,11 @@ def _start(triage, config: EngineConfig, marks: tuple, workdir, name: str) -> No
     from bisect_tui.core import background
     from bisect_tui.core.bisect.pool import BuildJob, build_and_run
 
-    caps = getattr(triage.engine, "capabilities", None)
+    caps = triage.engine.capabilities
     info, inputs = triage.info, triage.inputs
     job = BuildJob(config=config, marks=marks, workdir=str(workdir) if workdir is not None else None,
                    want_unblocked=bool(marks) and not (caps is None or caps.marking_blocks),
-                   outputs=tuple(info.outputs))
+                   outputs=tuple(info.outputs), context=triage.build_context(callbacks=False))
     feeds = [inputs.feeds(k) for k in range(inputs.samples)]
     model = str(triage.session.model_path)
 
@@ -82,7 +82,7 @@ def start_attribution_build(triage) -> None:
     from bisect_tui.core.bisect.subgraph_check import subgraph_file
     from bisect_tui.core.bisect.units import build_units
 
-    caps = getattr(triage.engine, "capabilities", None)
+    caps = triage.engine.capabilities
     if not tries_suspect_first(caps, config, fused):
         return  # the search does not start from the suspect: its builds decide
     units = build_units(objs, triage.info.index)

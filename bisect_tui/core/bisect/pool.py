@@ -47,7 +47,7 @@ from typing import Callable, Optional, Sequence
 import numpy as np
 
 from bisect_tui.core.errors import EngineBuildError, EnvironmentFault, UserError
-from bisect_tui.api import EngineConfig
+from bisect_tui.api import BuildContext, EngineConfig
 
 
 def default_workers() -> int:
@@ -72,6 +72,9 @@ class BuildJob:
     workdir: Optional[str] = None
     want_unblocked: bool = False
     outputs: tuple[str, ...] = ()  # the outputs to fetch and return (judged); () = all
+    # shapes, saved inputs and cache folder of a whole-graph build (api.BuildContext,
+    # without callbacks so it travels to worker processes); None for subgraphs
+    context: Optional[BuildContext] = None
 
     def __post_init__(self):
         # the config as the session records it (entries sorted): every builder,
@@ -114,7 +117,7 @@ def build_and_run(engine, model_path: str, feeds: Sequence[dict], job: BuildJob,
     config = job.config
     workdir = Path(job.workdir) if job.workdir else None
     try:
-        built = engine.build(Path(model_path), config, list(job.marks), workdir)
+        built = engine.build(Path(model_path), config, list(job.marks), workdir, context=job.context)
     except EngineBuildError as exc:
         res.error_kind, res.error, res.build_message = exc.kind, exc.engine_message, str(exc)
         res.failed_at = "build"
@@ -171,9 +174,7 @@ def warm_up(engine, model_path: Optional[str] = None) -> None:
     then (given the model) reading it once for all the builds to come."""
     from pathlib import Path
 
-    hook = getattr(engine, "warm_up", None)
-    if hook is not None:
-        hook() if model_path is None else hook(Path(model_path))
+    engine.warm_up() if model_path is None else engine.warm_up(Path(model_path))
 
 
 # --- worker process ---------------------------------------------------------------

@@ -175,7 +175,7 @@ def _run(triage, bis, probe, max_builds: int, max_culprits: int) -> dict:
     precision = None
     want_precision = bis.config.precision != "fp32" and (
         search["verdict"] == "not_fusion" or (workaround is not None and workaround.kind is None))
-    caps = getattr(triage.engine, "capabilities", None)
+    caps = triage.engine.capabilities
     keepset = caps is None or caps.keep_high_precision
     if want_precision and not keepset:
         # no per-node precision pinning: prove (or refute) the precision setting itself

@@ -50,8 +50,10 @@ class BuildScheduler:
     def __init__(self, pool, outputs: tuple[str, ...] = (), marking_blocks: bool = True,
                  engine_dir: Callable[[EngineConfig], Path] = lambda config: Path("."),
                  concurrent: bool = False, fanout: int = 1,
-                 early: Callable[[EngineConfig, tuple], Optional[Future]] = no_early_build):
+                 early: Callable[[EngineConfig, tuple], Optional[Future]] = no_early_build,
+                 context=None):
         self.pool = pool
+        self.context = context  # api.BuildContext of every whole-graph build, no callbacks
         self.outputs = tuple(outputs)
         self.marking_blocks = marking_blocks
         self.engine_dir = engine_dir
@@ -69,7 +71,7 @@ class BuildScheduler:
         return BuildJob(config=plan.config, marks=tuple(plan.marks),
                         workdir=str(workdir) if workdir is not None else None,
                         want_unblocked=bool(plan.marks) and not self.marking_blocks,
-                        outputs=self.outputs)
+                        outputs=self.outputs, context=self.context)
 
     def can_prefetch(self) -> bool:
         """A build beside the search's work: an engine with concurrent builds, and

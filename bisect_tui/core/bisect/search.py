@@ -48,13 +48,14 @@ class Bisector(Search):
         self.pool = pool if pool is not None else pool_for(triage, 1)
         self.dir = self.session.bisect_dir
         self.dir.mkdir(parents=True, exist_ok=True)
-        caps = getattr(self.engine, "capabilities", None)
+        caps = self.engine.capabilities
         config = config or triage.opts.config
         store = StepStore(self.session, lambda text: triage.progress(Progress("bisect", text)))
         scheduler = BuildScheduler(
             self.pool, outputs=tuple(triage.info.outputs), marking_blocks=caps is None or caps.marking_blocks,
             engine_dir=self.engine_dir, concurrent=bool(getattr(caps, "concurrent_builds", False)),
-            fanout=max(1, int(fanout)), early=lambda cfg, marks: early.take(triage, cfg, marks))
+            fanout=max(1, int(fanout)), early=lambda cfg, marks: early.take(triage, cfg, marks),
+            context=triage.build_context(callbacks=False))
         self.judge = OutputJudge.for_triage(triage)
         search_key = stable_key("bisect/v1", triage.baseline.manifest["key"], config.to_dict(),
                                 triage.opts.tolerance.to_dict(), triage.opts.topk)
@@ -89,7 +90,8 @@ class Bisector(Search):
         return self.store.trusted_file(path)
 
     def rebuild_map(self, config: EngineConfig, workdir: Path) -> tuple[list[FusedNode], str]:
-        built = self.engine.build(self.session.model_path, config, (), workdir)
+        built = self.engine.build(self.session.model_path, config, (), workdir,
+                                  context=self.t.build_context())
         try:
             return built.fused_nodes, str(built.optimized_model_path)
         finally:

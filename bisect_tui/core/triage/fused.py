@@ -51,7 +51,7 @@ class FusedStep:
         workdir.mkdir(parents=True, exist_ok=True)
         try:
             built = self._take_fused_build(config, workdir) or self.engine.build(
-                self.session.model_path, config, (), workdir)
+                self.session.model_path, config, (), workdir, context=self.build_context())
         except EngineBuildError as exc:
             # The baseline ran, the engine under test did not: that is the
             # failure the user came with, a finding for the bisection.
@@ -121,7 +121,7 @@ class FusedStep:
         """What the compiled engine really runs, read back from it, and what it
         would pick on its own; None when both are simply what was asked."""
         used = built.precision_used()
-        default = getattr(self.engine, "default_precision", lambda: None)()
+        default = self.engine.default_precision()
         if used == config.precision and default in (None, config.precision):
             return None
         return {"asked": config.precision, "used": used, "engine_default": default}

@@ -10,6 +10,8 @@ work itself, so the answers never depend on what overlapped.
 
 from __future__ import annotations
 
+import functools
+
 from pathlib import Path
 from typing import Optional
 
@@ -82,7 +84,8 @@ class Overlap:
 
         workdir = self.engine_dir(config)
         workdir.mkdir(parents=True, exist_ok=True)
-        future = background.start(self.engine.build, self.session.model_path, config, (), workdir, name="fused-build")
+        build = functools.partial(self.engine.build, context=self.build_context())
+        future = background.start(build, self.session.model_path, config, (), workdir, name="fused-build")
         self._fused_build = (config, workdir, future)
 
     def may_build_beside(self) -> bool:

@@ -114,11 +114,25 @@ class Triage(Overlap, FusedStep, TorchFrontEnd, Verdicts):
     def engine(self):
         if self._engine is None:
             self._engine = self.engine_factory()
-        if getattr(self._engine, "progress", False) is None:
+        if self._engine.progress is None:
             # engines whose builds take minutes (TensorRT) report builder phases; a
             # cancel from the app or Ctrl-C stops the build at the next phase step
             self._engine.progress = self._build_progress
         return self._engine
+
+    def build_context(self, callbacks: bool = True):
+        """What a whole-graph build of this triage's model may need (api.BuildContext):
+        the shapes it runs, its saved inputs, the session's cache folder and, in
+        this process, the progress and cancel hooks (a pool worker's copy has none:
+        callbacks do not cross processes)."""
+        from bisect_tui.api import BuildContext
+
+        assert self.session is not None
+        return BuildContext(
+            input_shapes={k: tuple(int(d) for d in v) for k, v in self.shapes.items()},
+            feeds_file=self.session.inputs_path, cache_dir=self.session.root / "engines",
+            progress=self._build_progress if callbacks else None,
+            cancel_check=self.cancel.check if callbacks else None)
 
     def _build_progress(self, text: str) -> bool:
         self.progress(Progress("build", text))
@@ -157,9 +171,8 @@ class Triage(Overlap, FusedStep, TorchFrontEnd, Verdicts):
         session.update_meta(options={**self.opts.to_dict(), "session_dir": str(session.root)})
         if not session.model_path.exists():
             save_prepared(info, session.model_path)
-            known = getattr(self.engine, "know_original", None)
-            if known is not None:  # only a file written now: a reused one is read as it is
-                known(session.model_path, info.model, info.index)
+            # only a file written now: a reused one is read as it is
+            self.engine.know_original(session.model_path, info.model, info.index)
         if inputs is None:
             existing = self._load_saved_inputs()
             inputs = existing or generate_inputs(

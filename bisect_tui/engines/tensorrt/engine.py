@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Collection, Optional
 
 from bisect_tui.core.errors import EngineBuildError, ExitCode, UserError
-from bisect_tui.api import EngineConfig
+from bisect_tui.api import BuildContext, EngineBase, EngineConfig
 from bisect_tui.engines.tensorrt import advice
 from bisect_tui.engines.tensorrt.buildlog import first_line
 from bisect_tui.engines.tensorrt.built import TrtBuilt, TrtObserver
@@ -57,7 +57,7 @@ def import_tensorrt():
     return tensorrt
 
 
-class TensorRTEngine:
+class TensorRTEngine(EngineBase):
     """`--engine tensorrt`: see the module docstring."""
 
     name = "tensorrt"
@@ -194,7 +194,8 @@ class TensorRTEngine:
 
     # -- build ---------------------------------------------------------------
     def build(self, model_path: Path, config: EngineConfig, marked: Collection[str] = (),
-              workdir: Optional[Path] = None, observe_debug: bool = False) -> TrtBuilt:
+              workdir: Optional[Path] = None, observe_debug: bool = False, *,
+              context: Optional[BuildContext] = None) -> TrtBuilt:
         import onnx
 
         model_path = Path(model_path)
@@ -212,7 +213,10 @@ class TensorRTEngine:
         if opts.precision == "bf16" and feats.always_strongly_typed:
             raise UserError(f"TensorRT {feats.version} takes BF16 only from the model's own types; "
                             "give a BF16 model and --precision fp32")
-        cache_dir = self.cache_dir or session_cache_dir(model_path, workdir)
+        # the caller's context first (shapes, cache folder); a build without one (a
+        # subgraph, a script) finds its session from the model's place
+        ctx_cache = Path(context.cache_dir) / "trt_engines" if context and context.cache_dir else None
+        cache_dir = self.cache_dir or ctx_cache or session_cache_dir(model_path, workdir)
         tmpdir = None
         if workdir is None:
             tmpdir = tempfile.TemporaryDirectory(prefix="bisect_tui_trt_")
@@ -221,7 +225,7 @@ class TensorRTEngine:
         workdir.mkdir(parents=True, exist_ok=True)
         try:
             built = self._prepare(trt, feats, model, model_path, config, opts, list(dict.fromkeys(marked)),
-                                  workdir, tmpdir, observe_debug, cache_dir or workdir / "trt_engines")
+                                  workdir, tmpdir, observe_debug, cache_dir or workdir / "trt_engines", context)
             if not built._dynamic_without_shapes:
                 built.ensure()  # build now: build errors belong to build()
             return built
@@ -251,7 +255,7 @@ class TensorRTEngine:
         return out
 
     def _prepare(self, trt, feats, model, model_path, config, opts, marked, workdir, tmpdir, observe_debug,
-                 cache_dir):
+                 cache_dir, context=None):
         import onnx
         import polygraphy
 
@@ -266,7 +270,9 @@ class TensorRTEngine:
         dynamic = any(not s.is_static for s in info.inputs)
         input_names = {s.name for s in info.inputs}
         # the shapes the triage runs: the session's saved inputs, then what the caller set
-        known_shapes = {k: v for k, v in session_input_shapes(model_path).items() if k in input_names}
+        given = dict(context.input_shapes) if context is not None and context.input_shapes else None
+        saved = given if given is not None else session_input_shapes(model_path)
+        known_shapes = {k: list(v) for k, v in saved.items() if k in input_names}
         known_shapes.update(self.shapes)
         graph_outputs = [o.name for o in model.graph.output]
         parsed = model if source == model_path else onnx.load(str(source), load_external_data=False)
@@ -285,7 +291,9 @@ class TensorRTEngine:
             inputs=list(info.inputs), known_shapes=known_shapes, ranges=ranges, cache=EngineCache(cache_dir),
             source_digest=file_sha256(source), versions=versions, marks=marked,
             debug=bool(observe_debug and feats.mark_unfused_debug),
-            timing_cache=timing_cache_path(cache_dir, versions), progress=self.progress, pins_seen=self._plans)
+            timing_cache=timing_cache_path(cache_dir, versions),
+            progress=(context.progress if context is not None and context.progress else self.progress),
+            pins_seen=self._plans)
         cache_dir.mkdir(parents=True, exist_ok=True)
         built = TrtBuilt(config, model_path, graph_outputs + marked, unmarkable, lambda s: make_engine(job, s),
                          tmpdir)
