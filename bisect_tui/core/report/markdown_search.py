@@ -8,7 +8,8 @@ from typing import Optional
 from bisect_tui.core.escape import md, md_code
 from bisect_tui.core.report.mdtools import LONG_TABLE_ROWS, code_cell as _c, details, fenced, table, text as _t
 from bisect_tui.core.report.search import (
-    culprits_section, evidence_lines, local_rows, precision_lines, region_lines, steps_section, verdict_words,
+    culprits_section, evidence_lines, local_rows, precision_lines, region_lines, searched_text, steps_section,
+    verdict_words,
     workaround_section,
 )
 from bisect_tui.core.report.words import BISECT_VERDICT, fmt
@@ -65,8 +66,7 @@ def bisect_markdown(s: dict, base: Optional[Path] = None) -> str:
     engine = s.get("engine") or ""
     parts = [bisect_title(b), "", *summary_md(s, "bisect"), *check_parts(s, base, "bisect"),
              f"## Bisection: {BISECT_VERDICT[b['verdict']]}",
-             f"{b['engine_builds']} engine builds, searched at optimization level {md_code(b.get('level'))} "
-             f"over {len(b.get('units', []))} fused nodes.", ""]
+             f"{b['engine_builds']} engine builds; {md(searched_text(b, len(s.get('fused_nodes') or [])))}.", ""]
     parts += _culprits_md(b, engine)
     if b.get("explanation"):
         parts += [_t(b["explanation"]), ""]
