@@ -125,3 +125,24 @@ def test_openvino_version_in_the_summary_and_environment(samples, tmp_path, caps
     summary = " ".join(section_text(tokens, "Summary"))
     assert f"openvino {v['openvino']}" in summary and "engine: OpenVINO" in summary
     assert f"openvino: {v['openvino']}" in section_text(tokens, "Environment")
+
+
+def test_engine_error_report_names_only_the_keepset_repro(samples, tmp_path, capsys):
+    """The FP16 engine does not build: the bundle holds the keep-set repro and no repro/ folder,
+    and the report says exactly that; the engine's message without this machine's paths."""
+    import zipfile
+
+    sess, report = tmp_path / "s", tmp_path / "r.md"
+    assert run(["bisect", samples / "hann_fp16.onnx", "--precision", "fp16", "--session", sess,
+                "--report", report, "-q"], capsys) == 1
+    names = zipfile.ZipFile(sess / "bundle.zip").namelist()
+    assert "keepset/repro_keepset.py" in names and not any(n.startswith("repro/") for n in names)
+    text = report.read_text()
+    tokens = rendered(text)
+    assert headings(tokens)[0] == "bisect-tui bisect: culprit(s) found: HannWindow (build error at this precision)"
+    repro = "\n".join(section_text(tokens, "How to reproduce"))
+    assert "python keepset/repro_keepset.py --keep" in repro and "repro/repro.py" not in repro
+    summary = {line.split(":", 1)[0]: line for line in section_text(tokens, "Summary")}
+    assert "Type Error" in summary["engine error"] and str(tmp_path) not in summary["engine error"]
+    assert "<session>/engines/" in summary["engine error"]
+    assert "node_block_list=['window/hann']" in summary["workaround"]

@@ -41,6 +41,17 @@ def has_repro(plan: Optional[dict]) -> bool:
     return bool(plan and (plan.get("repro") or plan.get("keepset")))
 
 
+def without_session(text: str, s: dict) -> str:
+    """An engine's message with this machine's session path as `<session>`: the
+    reader has neither the path nor a use for it."""
+    from pathlib import Path
+
+    root = str(s.get("session") or "")
+    for p in {root, str(Path(root).resolve()) if root else ""} - {""}:
+        text = text.replace(p.rstrip("/") + "/", "<session>/")
+    return text
+
+
 def versions_text(s: dict) -> str:
     """Every library and the machine, as report.json's versions list them (the
     engine adds its own: its version, its build); counts are left out."""
@@ -99,7 +110,7 @@ def summary_md(s: dict, command: str) -> list[str]:
     err = s.get("engine_error")
     if err:
         what = "fails to build" if err["kind"] == "build_error" else "fails while running"
-        lines.append(f"- **engine error**: the fused engine {what}: {md_code(err['message'][:300])}")
+        lines.append(f"- **engine error**: the fused engine {what}: {md_code(without_session(err['message'], s)[:300])}")
     if b:
         items = _culprit_items(b)
         if items:
