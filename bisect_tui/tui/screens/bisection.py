@@ -129,7 +129,9 @@ class BisectionScreen(Screen):
         if what in ("all", "bisect_reset", "bisect", "busy", "status"):
             fused = (st.fused or {}).get("fused_nodes")
             triage = getattr(self.app, "triage", None)
-            writer = triage is not None and hasattr(triage.engine, "add_keepset_repro")
+            # the engine adds its keep-set repro to the bundle; asked only once there is a result
+            # (the engine has been built by then: asking never loads one on the UI thread)
+            writer = bool(b.result) and triage is not None and hasattr(triage.engine, "add_keepset_repro")
             self.query_one(CulpritPanel).show(b.result, b.status, len(fused) if fused is not None else None, writer)
         self.query_one(StatusLine).show(self.app.status_text, self.app.status_error)
         self.refresh_bindings()
