@@ -16,7 +16,7 @@ import pytest
 
 from bisect_tui.core.pipeline import TriageOptions
 from bisect_tui.core.tolerance import parse_tolerance
-from bisect_tui.engines.base import EngineConfig
+from bisect_tui.api import EngineConfig
 from bisect_tui.tui.app import make_app
 from bisect_tui.tui.widgets.culprit import CulpritPanel
 from tui_helpers import gelu_options, screen_text, wait_idle

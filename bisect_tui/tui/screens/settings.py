@@ -248,7 +248,7 @@ class SettingsScreen(ModalScreen[Optional[TriageOptions]]):
     @work(thread=True, exclusive=True, group="known-optimizers", exit_on_error=False)
     def _load_known(self) -> None:
         try:
-            known = get_engine(self.options.engine).known_optimizers()
+            known = get_engine(self.options.engine).known_passes()
         except Exception:
             known = None
         self.app.call_from_thread(self._set_known, known)
@@ -299,7 +299,7 @@ class SettingsScreen(ModalScreen[Optional[TriageOptions]]):
         if disabled:
             known = self._known
             if known is None:
-                known = get_engine(self.options.engine).known_optimizers()
+                known = get_engine(self.options.engine).known_passes()
                 self._known = known
             unknown = [n for n in disabled if n not in known]
             if unknown:
