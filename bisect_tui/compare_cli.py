@@ -52,7 +52,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     o = p.add_argument_group("output")
     o.add_argument("--json", type=Path, metavar="FILE", help="write the result as JSON")
     o.add_argument("--report", type=Path, metavar="FILE.md",
-                   help="write a Markdown report (PNG histograms in FILE_plots/ beside it)")
+                   help="write a Markdown report (PNG histograms in FILE-plots/ beside it)")
     o.add_argument("--tui", action="store_true", help="open the result in the app's compare view")
     o.add_argument("-q", "--quiet", action="store_true", help="print only the verdict line")
     return p

@@ -347,9 +347,9 @@ def test_report_overlays_histograms_and_escapes_names(tmp_path, capsys):
     links = [c.attrs.get("href") or c.attrs.get("src") for t in tokens for c in (t.children or [])
              if c.type in ("link_open", "image")]
     assert links and all(not str(h).startswith("javascript") for h in links), links
-    pngs = list((tmp_path / "out" / "report_plots").glob("*.png"))
+    pngs = list((tmp_path / "out" / "report-plots").glob("*.png"))
     assert len(pngs) == 1 and pngs[0].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert f"](report_plots/{pngs[0].name})" in md and "golden and test values overlaid" in md
+    assert f"](report-plots/{pngs[0].name})" in md and "golden and test values overlaid" in md
     # the histograms drawn are the comparison's own: the shift shows as two bumps
     r = main(["compare", str(tmp_path / "golden.npz"), str(tmp_path / "test.npz"), "-q", "--json",
               str(tmp_path / "r.json")])
@@ -455,7 +455,7 @@ def test_ci_snippets_in_the_docs_run_and_upload_what_compare_writes(tmp_path, mo
     for p in gitlab["artifacts"]["paths"]:
         assert Path(p).exists(), p
     assert upload["with"]["path"].split() == gitlab["artifacts"]["paths"]
-    assert list(Path("compare_plots").glob("*.png"))
+    assert list(Path("compare-plots").glob("*.png"))
     np.save("dumps/output_0.npy", (logits + 0.1).astype(np.float16))
     assert main(argv[1:]) == 1  # a non-zero exit fails the job
     assert json.loads(Path("compare.json").read_text())["verdict"] == "fail"

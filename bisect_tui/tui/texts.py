@@ -155,34 +155,64 @@ LABELS = {
     "zh": ("为什么重要", "常见坑"),
 }
 
-HELP_TEXT = """\
-bisect-tui: find the fused operator that breaks numerical tolerance
+HELP_TITLE = "bisect-tui: find the fused operator that breaks numerical tolerance"
 
-Checklist (the first screen on a model)
-  up/down  choose a step          tab / shift+tab  move focus (heavy border)
-  r        run the next step      a                run all checks
-  o        settings: inputs (shapes, fixed values, input file, seed),
-           engine, tolerance      b                bisect (runs what is missing)
-  f        the focused table (and the error along the graph) full screen
-  w        hide/show the why panel (tables get the width)
-  p        save the selected output's baseline/fused histograms as a PNG
-  e        export report.md, report.json, plots/, bundle.zip into the session
-  c        export and copy the Markdown report to the clipboard (OSC 52)
-  x        cancel the running work (what is written stays valid)
-  m        open another model or session
+# (section, ((keys, what they do), ...)): one key per row, so the help screen
+# wraps each description at word boundaries beside its key, at any width
+HELP_SECTIONS: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = (
+    ("Checklist (the first screen on a model)", (
+        ("up/down", "choose a step"),
+        ("tab / shift+tab", "move focus (the focused pane has a heavy border)"),
+        ("r", "run the next step"),
+        ("a", "run all checks"),
+        ("o", "settings: inputs (shapes, fixed values, input file, seed), engine, tolerance"),
+        ("b", "bisect (runs what is missing first)"),
+        ("f", "the focused table (and the error along the graph) full screen"),
+        ("w", "hide/show the why panel (tables get the width)"),
+        ("p", "save the selected output's baseline/fused histograms as a PNG"),
+        ("e", "export report.md, report.json and plots/ into the session, with bundle.zip "
+              "when there is a repro to bundle"),
+        ("c", "export and copy the Markdown report to the clipboard (OSC 52)"),
+        ("x", "cancel the running work (what is written stays valid)"),
+        ("m", "open another model or session"),
+    )),
+    ("Bisection", (
+        ("r", "run / resume the search (recorded steps are reused)"),
+        ("tab", "move between the steps and the culprit"),
+        ("f", "the focused pane full screen (f again restores)"),
+        ("x", "cancel"),
+        ("h / escape", "back to the checklist"),
+        ("e / c", "export / copy the report"),
+    )),
+    ("Everywhere", (
+        ("s", "save an SVG screenshot into the session directory"),
+        ("l", "switch the explanations between English and Chinese"),
+        ("?", "this help"),
+        ("ctrl+p", "every action by name"),
+        ("q", "quit"),
+    )),
+)
 
-Bisection
-  r        run / resume the search (recorded steps are reused)
-  tab      move between the steps and the culprit    f  that pane full screen
-  x        cancel          h or escape   back to the checklist
-  e / c    export / copy the report
+HELP_STATES: tuple[tuple[str, str], ...] = (
+    ("· pending", "not run yet"),
+    ("… running", "running now"),
+    ("✔ passed", "within tolerance, nothing to read"),
+    ("⚠ warning", "passed, with a finding to read (e.g. FP16 will overflow)"),
+    ("✘ failed", "broke tolerance or stopped"),
+    ("– skipped", "not run, by choice"),
+    ("✔ found", "the bisection named its culprit"),
+    ("? unclear", "no single culprit"),
+)
+HELP_CLOSE = "Close this help with escape, enter, ? or q."
 
-Everywhere
-  s  save an SVG screenshot into the session directory
-  l  switch the explanations between English and Chinese
-  ?  this help       ctrl+p  every action by name       q  quit
 
-States are shown as symbol and word: · pending  … running  ✔ passed
-✘ failed  – skipped  ✔ found (the bisection named its culprit)
-? unclear (no single culprit).  Close this help with escape, enter, ? or q.
-"""
+def help_plain() -> str:
+    """The help as plain text (one key per line), for a log or a terminal without the app."""
+    lines = [HELP_TITLE, ""]
+    for title, rows in HELP_SECTIONS:
+        lines += [title, *[f"  {key:<16} {what}" for key, what in rows], ""]
+    lines += ["States (symbol and word, never colour alone)", *[f"  {key:<16} {what}" for key, what in HELP_STATES]]
+    return "\n".join([*lines, "", HELP_CLOSE]) + "\n"
+
+
+HELP_TEXT = help_plain()

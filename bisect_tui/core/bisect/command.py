@@ -24,18 +24,20 @@ def export_session(triage, summary: dict, result, with_plots: bool = True) -> tu
     from bisect_tui.core.bisect.bundle import write_bundle
     from bisect_tui.core.plots import plot_links, write_plots
     from bisect_tui.core.report import bisect_markdown, check_markdown
+    from bisect_tui.core.report.summary import BUNDLE_KEY, bundle_plan
 
     session = triage.session
     full = {**summary, "bisect": result} if result else dict(summary)
+    full[BUNDLE_KEY] = bundle_plan(result, hasattr(triage.engine, "add_keepset_repro"))  # the report names only it
     plots = {}
     if with_plots:
         plots = write_plots(session.path("plots"), summary["outputs"], summary.get("shared_tensors"), result)
         full["plots"] = plot_links(plots, session.path("report.md"))
     md = bisect_markdown(full, base=session.root) if result else check_markdown(full, base=session.root)
     atomic.write_text(session.path("report.md"), md)
-    session.write_json("report.json", {k: v for k, v in full.items() if k != "plots"})
+    session.write_json("report.json", public_json(full))
     paths = {"report.md": str(session.path("report.md")), "report.json": str(session.path("report.json"))}
-    if result and (result.get("culprits") or (result.get("precision") or {}).get("passed")):
+    if full[BUNDLE_KEY] is not None:
         isolated = [c for c in result.get("culprits", []) if (c.get("isolated") or {}).get("subgraph")]
         paths["bundle.zip"] = str(write_bundle(session.path("bundle.zip"), isolated, summary["config"],
                                                triage.opts.tolerance.default.to_dict(), md, __version__,
@@ -87,7 +89,7 @@ def write_report_copy(full: dict, report_path) -> None:
 
 
 def public_json(full: dict) -> dict:
-    return {k: v for k, v in full.items() if k not in ("_plot_files", "plots")}
+    return {k: v for k, v in full.items() if k not in ("_plot_files", "plots", "_bundle")}
 
 
 def start_pool(engine_factory, workers: int, ray_address=None, now: bool = True, devices=None):

@@ -153,9 +153,28 @@ LOGITS_HINT = re.compile(r"logit|prob|score|class|cls|token|lm_head|pred|topk", 
 ranking mean the engine may be fine; for a hidden state it means nothing."""
 
 
+BOX_HINT = re.compile(r"box|bbox|reg|loc(?!al)|coord|anchor|xywh|xyxy|delta|offset|landmark|kpt|keypoint", re.I)
+"""Names of regression tensors (box coordinates, landmarks): their values, not a ranking, are the result."""
+BOX_AXIS = 4  # a last axis this small holds coordinates (x, y, w, h), not classes
+
+
+def ranking_applies(name: str, shape, asked: bool = False) -> bool:
+    """Whether a top-1/top-k ranking along the last axis means anything for this
+    tensor: class scores or logits yes; box regression (YOLO's x, y, w, h, a last
+    axis of 4 or fewer, a box-like name) no; an unnamed tensor of rank 3 or more
+    (a detection head [1, 84, 8400], a feature map) no. `asked` (--topk, min_topk
+    in a tolerance) settles it: the user knows the tensor is a ranking."""
+    shape = list(shape or [])
+    if asked:
+        return True
+    if not shape or shape[-1] <= BOX_AXIS or BOX_HINT.search(name):
+        return False
+    return bool(LOGITS_HINT.search(name)) or len(shape) <= 2
+
+
 def ranking(name: str, metrics: dict, verdict: Verdict, asked: bool = False) -> Optional[Finding]:
     """`asked`: the user gave --topk (or min_topk), so the ranking matters whatever the name."""
-    if not (asked or LOGITS_HINT.search(name)):
+    if not (asked or (LOGITS_HINT.search(name) and ranking_applies(name, metrics.get("shape")))):
         return None
     top1, topk, k = metrics.get("top1_agreement"), metrics.get("topk_agreement"), metrics.get("topk")
     if top1 is None or topk is None or not (math.isfinite(top1) and math.isfinite(topk)):

@@ -14,22 +14,51 @@ from pathlib import Path
 from typing import Optional
 
 from bisect_tui.core import atomic
+from bisect_tui.core.compare.pitfalls import ranking_applies
 from bisect_tui.core.compare.records import CompareResult, TensorResult
 from bisect_tui.core.escape import md, md_code, md_image, safe_filename, term
 from bisect_tui.core.report import cos_text, fmt
+from bisect_tui.core.tolerance import DEFAULT_TOPK
 
 
 def _pct(x) -> str:
     return "-" if x is None or x != x else f"{x:.1%}"
 
 
+def shows_ranking(t: TensorResult) -> bool:
+    """The ranking is reported only where it means something (pitfalls.ranking_applies):
+    class scores, or where the user asked for it (--topk other than the default,
+    min_topk in the tolerance, or a ranking finding)."""
+    m = t.metrics
+    if m.get("top1_agreement") is None:
+        return False
+    asked = (bool(t.tolerance.k) or m.get("topk") != DEFAULT_TOPK
+             or any(f.kind == "ranking" for f in t.findings))
+    return ranking_applies(t.pair.test.name, t.shape, asked)
+
+
 def values_line(t: TensorResult) -> str:
     m = t.metrics
     line = (f"max_abs {fmt(m['max_abs'])}, mean_abs {fmt(m['mean_abs'])}, max_rel {fmt(m['max_rel'])}, "
             f"mean_rel {fmt(m['mean_rel'])}, cosine {cos_text(m['cosine'])}")
-    if m.get("top1_agreement") is not None:
+    if shows_ranking(t):
         line += f"; ranking: top-1 {_pct(m['top1_agreement'])}, top-{m['topk']} {_pct(m['topk_agreement'])}"
     return line
+
+
+def shown(path, base: Optional[Path] = None) -> str:
+    """A path as the reader can use it: relative to `base` (the working directory
+    for the terminal, the report's folder for Markdown) when inside it; else as
+    given on the command line for the terminal, only its name in a report."""
+    p = Path(path)
+    root = Path(base) if base is not None else Path.cwd()
+    try:
+        rel = os.path.relpath(p.resolve(), root.resolve())
+    except ValueError:
+        rel = ".."
+    if not rel.startswith(".."):
+        return rel.replace(os.sep, "/")
+    return p.name if base is not None else str(path)
 
 
 def verdict_line(r: CompareResult) -> str:
@@ -41,11 +70,11 @@ def verdict_line(r: CompareResult) -> str:
 
 def text(r: CompareResult) -> str:
     lines = [
-        f"golden: {term(r.golden.path)} ({r.golden.note})",
-        f"test:   {term(r.test.path)} ({r.test.note})",
+        f"golden: {term(shown(r.golden.path))} ({r.golden.note})",
+        f"test:   {term(shown(r.test.path))} ({r.test.note})",
     ]
     if r.mapping_file:
-        lines.append(f"mapping: {term(r.mapping_file)}")
+        lines.append(f"mapping: {term(shown(r.mapping_file))}")
     for t in r.tensors:
         p = t.pair
         mark = "PASS" if t.passed else "FAIL"
@@ -98,11 +127,11 @@ def markdown(r: CompareResult, plots: Optional[dict[int, str]] = None, base: Opt
         "",
         f"**{md(verdict_line(r))}**",
         "",
-        f"- golden: {md_code(r.golden.path)} ({md(r.golden.note)})",
-        f"- test: {md_code(r.test.path)} ({md(r.test.note)})",
+        f"- golden: {md_code(shown(r.golden.path, base or Path.cwd()))} ({md(r.golden.note)})",
+        f"- test: {md_code(shown(r.test.path, base or Path.cwd()))} ({md(r.test.note)})",
     ]
     if r.mapping_file:
-        out.append(f"- mapping file: {md_code(r.mapping_file)}")
+        out.append(f"- mapping file: {md_code(shown(r.mapping_file, base or Path.cwd()))}")
     out += ["", "| | test tensor | golden tensor | shape | max abs | mean abs | max rel | cosine | top-1 | tolerance |",
             "|---|---|---|---|---|---|---|---|---|---|"]
     for t in r.tensors:
@@ -110,7 +139,8 @@ def markdown(r: CompareResult, plots: Optional[dict[int, str]] = None, base: Opt
         out.append(
             f"| {'PASS' if t.passed else 'FAIL'} | {md(t.pair.test.name)} | {md(t.pair.golden.name)} | "
             f"{'x'.join(map(str, t.shape))} | {fmt(m['max_abs'])} | {fmt(m['mean_abs'])} | {fmt(m['max_rel'])} | "
-            f"{cos_text(m['cosine'])} | {_pct(m.get('top1_agreement'))} | {md(t.tolerance.name)} |")
+            f"{cos_text(m['cosine'])} | {_pct(m.get('top1_agreement')) if shows_ranking(t) else '-'} | "
+            f"{md(t.tolerance.name)} |")
     for i, t in enumerate(r.tensors):
         p = t.pair
         out += ["", f"## {'PASS' if t.passed else 'FAIL'}: {md(p.test.name)}", "",
@@ -144,9 +174,11 @@ def markdown(r: CompareResult, plots: Optional[dict[int, str]] = None, base: Opt
 
 
 def write_report(r: CompareResult, path: Path) -> Path:
-    """The Markdown report, with its PNGs in `<report>_plots/` beside it."""
+    """The Markdown report, with its PNGs in `<report>-plots/` beside it: the
+    folder name check and bisect use for theirs (reports written before this
+    release keep their `<report>_plots/` and its links; nothing reads it back)."""
     path = Path(path)
-    plot_dir = path.parent / f"{safe_filename(path.stem)}_plots"
+    plot_dir = path.parent / f"{safe_filename(path.stem)}-plots"
     plots = write_plots(r, plot_dir)
     atomic.write_text(path, markdown(r, plots, path.parent))
     return plot_dir

@@ -9,7 +9,7 @@ from typing import Optional
 
 from bisect_tui.core.escape import md, md_code
 from bisect_tui.core.report.framework import framework_section
-from bisect_tui.core.report.mdtools import code_cell as _c, fenced, image, table, text as _t
+from bisect_tui.core.report.mdtools import LONG_TABLE_ROWS, code_cell as _c, details, fenced, image, table, text as _t
 from bisect_tui.core.report.sections import (
     arbiter_section, baseline_section, engine_section, outputs_section, shared_section
 )
@@ -21,12 +21,15 @@ MAX_TABLE_ROWS = 300  # longer tables say how many rows are left and where they 
 
 
 def environment_md(s: dict) -> str:
-    """The software the baseline ran with: report.json's versions list it first,
-    before the machine's counts (cpu_count, memory) and the engine's own."""
+    """Every library report.json's versions name (the engine adds its own, e.g.
+    its version and build), then the machine's counts."""
     v = s.get("versions", {})
-    keys = list(v)
-    keys = keys[:keys.index("cpu_count")] if "cpu_count" in keys else [k for k in keys if isinstance(v[k], str)]
-    return "\n".join(f"- {k}: {_t(v[k])}" for k in keys)
+    lines = [f"- {k}: {_t(v[k])}" for k in v if isinstance(v[k], str)]
+    machine = [f"{v['cpu_count']} CPU(s)" if v.get("cpu_count") else "",
+               f"{size_text(v['memory_bytes'])} memory" if v.get("memory_bytes") else ""]
+    if any(machine):
+        lines.append("- machine: " + ", ".join(x for x in machine if x))
+    return "\n".join(lines)
 
 
 def arbiter_markdown(arb: dict | None) -> list[str]:
@@ -149,17 +152,45 @@ def _engine_md(s: dict) -> list[str]:
     ]
 
 
-def _plots_md(s: dict) -> list[str]:
-    from bisect_tui.core.plots import PROFILE_FILE
+def _evidence_md(s: dict) -> list[str]:
+    """The pictures' evidence as text (a pasted report shows no image): the
+    tensors inside the fused graph, the error along it, each output's histograms."""
+    from bisect_tui.core.plots import ErrorProfile, culprit_tensors
+    from bisect_tui.core.report.textplots import histogram_lines, profile_lines
 
     parts = []
-    plots = dict(s.get("plots") or {})
-    profile = plots.pop(PROFILE_FILE, None)
     sh = shared_section(s)
     if sh:
         first = sh.data["first"]
         parts += [f"Tensors inside the fused graph: {sh.data['failing']} of {sh.data['compared']} "
                   "out of tolerance" + (f", the first in topological order: {md_code(first)}" if first else ""), ""]
+    prof = profile_lines(ErrorProfile.from_summary(s.get("shared_tensors"), culprit_tensors(s.get("bisect"))))
+    if prof:
+        parts += ["### Error along the graph",
+                  "Each tensor's error as a multiple of the tolerance, in topological order, log scale "
+                  "(the worst tensor of each column):", "", *fenced(prof), ""]
+    hists = [line for name, o in (s.get("outputs") or {}).items() for line in histogram_lines(name, o)]
+    if hists:
+        n = len(s["outputs"])
+        parts += ["### Output histograms",
+                  "Baseline and fused values over the same bins, then log10 |fused - baseline|:", "",
+                  *details(f"histograms of {n} outputs", fenced(hists), fold=n > 4), ""]
+    return parts
+
+
+def plots_md(s: dict) -> list[str]:
+    """The plots as images, last and optional: they are files beside the report
+    (or in bundle.zip), so a pasted report loses them and reads complete without."""
+    from bisect_tui.core.plots import PROFILE_FILE
+
+    plots = dict(s.get("plots") or {})
+    if not plots:
+        return []
+    folder = Path(next(iter(plots.values()))).parent.as_posix()
+    parts = ["## Plots (optional)",
+             f"Image files beside this report, in {md_code(folder)}; attach them to an issue to show them. "
+             "The text above already holds their evidence.", ""]
+    profile = plots.pop(PROFILE_FILE, None)
     if profile:
         parts += [image("error along the graph: each tensor's error / tolerance in topological order, "
                         "log scale", profile),
@@ -176,26 +207,22 @@ def _plots_md(s: dict) -> list[str]:
 def _fused_nodes_md(nodes: list[dict]) -> list[str]:
     if not nodes:
         return []
-    parts = [
-        f"### Fused nodes ({len(nodes)})",
-        table(["fused node", "op", "original nodes", "optimizers"],
-              [[_c(n["name"]), _t(n["op_type"]), _t(", ".join(n["original_nodes"])),
-                _t(", ".join(n["optimizers"]) or "-")] for n in nodes[:MAX_TABLE_ROWS]]),
-    ]
+    rows = [table(["fused node", "op", "original nodes", "optimizers"],
+                  [[_c(n["name"]), _t(n["op_type"]), _t(", ".join(n["original_nodes"])),
+                    _t(", ".join(n["optimizers"]) or "-")] for n in nodes[:MAX_TABLE_ROWS]])]
     if len(nodes) > MAX_TABLE_ROWS:
-        parts.append(f"\n{len(nodes) - MAX_TABLE_ROWS} more fused node(s) not shown: all {len(nodes)} "
-                     "are in report.json under `fused_nodes`.")
-    parts.append("")
-    return parts
+        rows.append(f"\n{len(nodes) - MAX_TABLE_ROWS} more fused node(s) not shown: all {len(nodes)} "
+                    "are in report.json under `fused_nodes`.")
+    return [f"### Fused nodes ({len(nodes)})",
+            *details(f"{len(nodes)} fused nodes", rows, fold=len(nodes) > LONG_TABLE_ROWS), ""]
 
 
-def check_markdown(s: dict, title: Optional[str] = None, base: Optional[Path] = None,
-                   command: str = "check") -> str:
-    """The report as Markdown: paths relative to `base` (the report's folder)."""
+def check_parts(s: dict, base: Optional[Path] = None, command: str = "check") -> list[str]:
+    """The check's evidence, after the summary: the run, the environment, the
+    baseline, the engine against it, the text plots and the fused nodes."""
     m = s["model"]
     parts = [
-        title or f"# bisect-tui check: {VERDICT_TEXT[s['verdict']]}",
-        "",
+        "## Model and run",
         f"- model: {md_code(Path(m['path']).name)} ({m['nodes']} nodes, opset {m['opset']}, "
         f"sha256 {md_code(m['sha256'][:16])})",
         f"- inputs: {_inputs_md(s['inputs'])}",
@@ -215,7 +242,17 @@ def check_markdown(s: dict, title: Optional[str] = None, base: Optional[Path] = 
         sens_line = sensitivity_text(s.get("sensitivity"))
         if sens_line:
             parts += [_t(sens_line), ""]
-        parts += _plots_md(s)
+        parts += _evidence_md(s)
         parts += _fused_nodes_md(s["fused_nodes"])
-    parts.append(f"**Verdict: {VERDICT_TEXT[s['verdict']]}** (exit code {s['exit_code']})")
-    return "\n".join(parts) + "\n"
+    return parts
+
+
+def check_markdown(s: dict, title: Optional[str] = None, base: Optional[Path] = None,
+                   command: str = "check") -> str:
+    """The report as Markdown: the summary first, paths relative to `base` (the report's folder)."""
+    from bisect_tui.core.report.summary import summary_md
+
+    parts = [title or f"# bisect-tui check: {VERDICT_TEXT[s['verdict']]}", "", *summary_md(s, command),
+             *check_parts(s, base, command),
+             f"**Verdict: {VERDICT_TEXT[s['verdict']]}** (exit code {s['exit_code']})", "", *plots_md(s)]
+    return "\n".join(parts).rstrip("\n") + "\n"

@@ -2,22 +2,23 @@
 
 from __future__ import annotations
 
-import shlex
 from pathlib import Path
 from typing import Optional
 
 from bisect_tui.core.escape import md, md_code
-from bisect_tui.core.report.markdown import check_markdown
-from bisect_tui.core.report.mdtools import code_cell as _c, fenced, table, text as _t
+from bisect_tui.core.report.mdtools import LONG_TABLE_ROWS, code_cell as _c, details, fenced, table, text as _t
 from bisect_tui.core.report.search import (
-    culprits_section, evidence_lines, local_rows, precision_lines, region_lines, steps_section, verdict_words,
+    culprits_section, evidence_lines, local_rows, precision_lines, region_lines, searched_text, steps_section,
+    verdict_words,
     workaround_section,
 )
 from bisect_tui.core.report.words import BISECT_VERDICT, fmt
 
 
 def bisect_title(b: dict) -> str:
-    names = "; ".join(f"{c['op_type']} ({', '.join(c['optimizers']) or 'optimizer unknown'})"
+    names = "; ".join(f"{c['op_type']} ({c['kind'].replace('_', ' ')} at this precision)"
+                      if c.get("kind") in ("build_error", "run_error") and not c.get("fused_node") else
+                      f"{c['op_type']} ({', '.join(c['optimizers']) or 'optimizer unknown'})"
                       for c in b.get("culprits") or [])
     return f"# bisect-tui bisect: {md(verdict_words(b))}" + (f": {md(names)}" if names else "")
 
@@ -60,13 +61,14 @@ def _workaround_md(b: dict) -> list[str]:
 
 
 def bisect_markdown(s: dict, base: Optional[Path] = None) -> str:
+    from bisect_tui.core.report.markdown import check_parts, plots_md
+    from bisect_tui.core.report.summary import reproduce_md, summary_md
+
     b = s["bisect"]
     engine = s.get("engine") or ""
-    parts = [check_markdown(s, title=bisect_title(b), base=base, command="bisect").rstrip().rsplit("\n**Verdict", 1)[0],
-             "",
+    parts = [bisect_title(b), "", *summary_md(s, "bisect"), *check_parts(s, base, "bisect"),
              f"## Bisection: {BISECT_VERDICT[b['verdict']]}",
-             f"{b['engine_builds']} engine builds, searched at optimization level {md_code(b.get('level'))} "
-             f"over {len(b.get('units', []))} fused nodes.", ""]
+             f"{b['engine_builds']} engine builds; {md(searched_text(b, len(s.get('fused_nodes') or [])))}.", ""]
     parts += _culprits_md(b, engine)
     if b.get("explanation"):
         parts += [_t(b["explanation"]), ""]
@@ -84,22 +86,19 @@ def bisect_markdown(s: dict, base: Optional[Path] = None) -> str:
         title = "Precision setting" if p.get("kind") == "precision_setting" else "Keep-set: nodes to keep in FP32"
         parts += [f"### {title}", *fenced(precision_lines(p)), ""]
         if p.get("seeds"):
-            parts += [table(["seed", "why"], [[_c(r["node"]), md(r["why"])] for r in p["seeds"]]), ""]
+            seeds = [table(["seed", "why"], [[_c(r["node"]), md(r["why"])] for r in p["seeds"]])]
+            parts += [*details(f"{len(p['seeds'])} seeds", seeds, fold=len(p["seeds"]) > LONG_TABLE_ROWS), ""]
     steps = steps_section(b)
-    parts += [f"### {steps.title}", table(list(steps.table.headers), [
+    rows = [table(list(steps.table.headers), [
         [n, _t(kind), _t(region), marks, builds, fmt(ratio), fmt(max_abs), "pass" if passed else "FAIL"]
-        for n, kind, region, marks, builds, ratio, max_abs, passed in steps.table.rows]), ""]
+        for n, kind, region, marks, builds, ratio, max_abs, passed in steps.table.rows])]
+    parts += [f"### {steps.title}", *details(f"{len(steps.table.rows)} steps", rows,
+                                            fold=len(steps.table.rows) > LONG_TABLE_ROWS), ""]
     rp = b.get("rest_proven_by")
     if rp:
         parts += [f"The other fusions pass together: step {rp['step']} ({_t(rp['kind'])}, x{fmt(rp['ratio'])} of the "
                   "tolerance) holds every other fused node unchanged, so they need no build of their own.", ""]
     parts += _workaround_md(b)
-    # shell lines: every name quoted, so copying them never runs anything else
-    w = workaround_section(b)
-    passes = w.data["passes"] if w else []
-    parts += ["### How to reproduce", *fenced([
-              "unzip bundle.zip && python repro/repro.py        # exits 1 while the bug is present",
-              *(["python repro/repro.py " + " ".join(f"--disable {shlex.quote(n)}" for n in passes)
-                 + "   # exits 0 with the workaround"] if passes else [])]),
-              "", f"**Verdict: {_t(verdict_words(b))}**"]
-    return "\n".join(parts) + "\n"
+    parts += reproduce_md(s)
+    parts += [f"**Verdict: {_t(verdict_words(b))}**", "", *plots_md(s)]
+    return "\n".join(parts).rstrip("\n") + "\n"

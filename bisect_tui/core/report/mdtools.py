@@ -59,3 +59,16 @@ def image(alt: str, target: str) -> str:
         return md(alt)
     url = rel if is_safe_relative_target(rel) else quote(rel, safe="/._-")
     return f"![{md(alt)}]({url})"
+
+
+LONG_TABLE_ROWS = 20  # longer tables fold away in <details> (GitHub shows them on a click)
+
+
+def details(summary: str, lines: list[str], fold: bool = True) -> list[str]:
+    """`lines` inside a <details> block when `fold`, else as they are; the blank
+    lines around them let GitHub render the Markdown inside the HTML."""
+    import html
+
+    if not fold:
+        return lines
+    return ["<details>", f"<summary>{html.escape(summary)}</summary>", "", *lines, "", "</details>"]

@@ -196,5 +196,14 @@ def region_lines(ri) -> list[str]:
             + term(", ".join(ri.get("unblocked") or [])) + ")", *out]
 
 
+def searched_text(b: dict, fused_count: Optional[int] = None) -> str:
+    """What the search covered: a passing engine is not searched, so its fused
+    nodes are the check's (`fused_count`), not the search's units (none)."""
+    if b.get("verdict") == "pass" and not b.get("units"):
+        n = f"all {fused_count} of its fused nodes" if fused_count is not None else "its fused nodes"
+        return f"the full engine passes with {n} at level {b.get('level')}, so nothing was searched"
+    return f"searched at level {b.get('level')} over {len(b.get('units') or [])} fused nodes"
+
+
 def verdict_words(b: dict) -> str:
     return BISECT_VERDICT.get(b["verdict"], b["verdict"])

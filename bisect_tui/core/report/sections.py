@@ -76,6 +76,18 @@ def range_lines(rc: dict | None) -> list[str]:
     return out
 
 
+def range_warnings(rc: dict | None) -> list[str]:
+    """The range findings that pass the check yet need reading: a reduced-precision
+    engine will overflow (FP16, BF16) or flush values to zero (FP16), or a tensor
+    leaves the range the user gave.
+    The app shows the range step as a warning, not a plain pass, when there are any."""
+    if not rc:
+        return []
+    return [line for line in range_lines(rc)
+            if line.startswith(("fp16 underflow: ", "bf16: ")) or
+            (line.startswith(("fp16 headroom: ", "range: ")) and ("will overflow" in line or "outside" in line))]
+
+
 def baseline_how(manifest_options: Optional[dict]) -> str:
     """How the baseline ran, in the reference's own words as its manifest keeps
     them (its optimization level, precision, CPU)."""

@@ -7,7 +7,8 @@ from bisect_tui.core.escape import term
 from bisect_tui.core.report.advice import next_step
 from bisect_tui.core.report.framework import framework_lines
 from bisect_tui.core.report.search import (
-    culprit_lines, evidence_lines, local_rows, precision_lines, region_lines, workaround_line, workaround_section
+    culprit_lines, evidence_lines, local_rows, precision_lines, region_lines, searched_text, workaround_line,
+    workaround_section,
 )
 from bisect_tui.core.report.sections import (
     arbiter_lines, baseline_section, engine_section, output_line, outputs_section, precision_used_line,
@@ -79,7 +80,7 @@ def bisect_text(s: dict) -> str:
     b = s["bisect"]
     lines = [f"bisection: {BISECT_VERDICT[b['verdict']]} ({b['engine_builds']} engine builds"
              + (f" this run, {b['reused_steps']} steps reused from the session" if b.get("reused_steps") else "")
-             + f", searched at level {b.get('level')}, {len(b.get('units', []))} fused nodes)"]
+             + f"; {searched_text(b, len(s.get('fused_nodes') or []))})"]
     if b.get("untrusted_steps"):
         lines.append(f"  {b['untrusted_steps']} saved step(s) failed their digest check and were recomputed")
     for st in b["steps"]:

@@ -26,6 +26,7 @@ STATUS_WORD = {
 COLUMNS = [("n", "#"), ("kind", "kind"), ("region", "region"), ("marks", "marked"),
            ("builds", "builds"), ("ratio", "x tol"), ("verdict", "verdict")]
 FIXED_WIDTHS = {"n": 3, "marks": 6, "builds": 6, "ratio": 8, "verdict": 8}
+SHORT = 30  # below this many rows the steps get as much room as the culprit
 NARROW = 100  # below this the "marked" count gives its room to the full pass names (f shows it)
 
 
@@ -124,8 +125,14 @@ class BisectionScreen(Screen):
                 table.move_cursor(row=table.row_count - 1)
         self._header(b)
         self.set_class(b.status == "finished", "-finished")
+        self._fit_height(b.status == "finished")
         if what in ("all", "bisect_reset", "bisect", "busy", "status"):
-            self.query_one(CulpritPanel).show(b.result, b.status)
+            fused = (st.fused or {}).get("fused_nodes")
+            triage = getattr(self.app, "triage", None)
+            # the engine adds its keep-set repro to the bundle; asked only once there is a result
+            # (the engine has been built by then: asking never loads one on the UI thread)
+            writer = bool(b.result) and triage is not None and hasattr(triage.engine, "add_keepset_repro")
+            self.query_one(CulpritPanel).show(b.result, b.status, len(fused) if fused is not None else None, writer)
         self.query_one(StatusLine).show(self.app.status_text, self.app.status_error)
         self.refresh_bindings()
 
@@ -147,6 +154,15 @@ class BisectionScreen(Screen):
             table.add_column(label, key=key, width=widths[key])
         for s in self.app.state.bisect.steps:
             table.add_row(*step_row(s, *self._widths, self._keys), key=str(s["n"]))
+
+    def _fit_height(self, finished: bool) -> None:
+        """On a short terminal (24 rows) the steps and the culprit share the room
+        evenly (the stylesheet gives the evidence twice the steps' height, which
+        leaves two step rows), and a finished search drops its full progress bar.
+        Inline styles: they win over the app's stylesheet for this screen only."""
+        short = self.app.size.height < SHORT
+        self.query_one("#bis-progress").display = not (short and finished)
+        self.query_one("#bis-lower").styles.height = "1fr" if short else None
 
     def _cursor_to_end(self) -> None:
         table = self.query_one("#bis-steps", DataTable)

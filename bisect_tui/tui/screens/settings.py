@@ -132,6 +132,10 @@ class SettingsScreen(ModalScreen[Optional[TriageOptions]]):
     SettingsScreen #form-error { height: auto; color: $text-error; text-style: bold; }
     SettingsScreen #buttons { height: auto; margin-top: 1; }
     SettingsScreen #buttons Button { margin-right: 2; }
+    /* notifications sit at the bottom right, up to half the screen wide, which
+       can reach Cancel (it ends 2 columns left of the middle): on this form they
+       stay in the right 40%, and the buttons stay in the left half */
+    SettingsScreen Toast { max-width: 40%; }
     """
 
     def __init__(self, options: TriageOptions, suggestion=None) -> None:

@@ -10,8 +10,23 @@ from textual.containers import Horizontal, Vertical
 from textual.widgets import Label, OptionList, Sparkline, Static
 from textual.widgets.option_list import Option
 
+from bisect_tui.core.report.sections import range_warnings
 from bisect_tui.tui.format import STATE_SYMBOL
 from bisect_tui.tui.texts import LABELS, STEP_IDS, STEP_NAME, STEP_NAME_ZH, TITLE, TOGGLE_HINT, WHY
+
+
+ROW_SYMBOL = {**STATE_SYMBOL, "warning": "⚠"}
+
+
+def row_states(states: dict[str, str], app_state=None) -> dict[str, str]:
+    """The checklist's rows: each step's state, with "warning" for a passed range
+    check whose findings say a reduced-precision engine will overflow (its pane
+    says so; a plain ✔ would hide it). Display only: the step stays passed."""
+    out = dict(states)
+    rc = getattr(app_state, "range_check", None)
+    if out.get("range_check") == "passed" and range_warnings(rc):
+        out["range_check"] = "warning"
+    return out
 
 
 class StepList(OptionList):
@@ -36,13 +51,15 @@ class StepList(OptionList):
     def prompt_for(step: str, state: str, lang: str = "en") -> Text:
         name = STEP_NAME_ZH[step] if lang == "zh" else STEP_NAME[step]
         t = Text()
-        t.append(f"{STATE_SYMBOL.get(state, '?')} {state:<7} ", style="bold" if state != "pending" else "")
+        t.append(f"{ROW_SYMBOL.get(state, '?')} {state:<7} ", style="bold" if state != "pending" else "")
         t.append(name)
         return t
 
     def show_states(self, states: dict[str, str], lang: str = "en") -> None:
+        """The rows as the steps' states, a passed step with findings to read as ⚠ warning."""
+        shown_states = row_states(states, getattr(self.app, "state", None))
         for s in STEP_IDS:
-            self.replace_option_prompt(s, self.prompt_for(s, states.get(s, "pending"), lang))
+            self.replace_option_prompt(s, self.prompt_for(s, shown_states.get(s, "pending"), lang))
 
     @property
     def current_step(self) -> str:

@@ -7,11 +7,27 @@ from typing import Optional
 from rich.text import Text
 from textual.widgets import Static
 
-from bisect_tui.core.report import BISECT_VERDICT, distinct, passes_text, workaround_section
+from bisect_tui.core.report import (
+    BISECT_VERDICT, distinct, evidence_lines, passes_text, precision_lines, workaround_section
+)
+from bisect_tui.core.report.search import searched_text
 from bisect_tui.tui.format import fmt, shown
 
 
-def culprit_text(result: Optional[dict], status: str = "idle") -> Text:
+def export_hint(result: dict, keepset_writer: bool) -> str:
+    """The export keys' line, naming the repro bundle only when one will be written."""
+    from bisect_tui.core.report.summary import bundle_plan, has_repro
+
+    plan = bundle_plan(result, keepset_writer)
+    what = ("report + repro bundle" if has_repro(plan) else
+            "report + bundle (report and plots only: no culprit could be isolated)" if plan else "report")
+    return f"e: export {what}   c: copy the Markdown report"
+
+
+def culprit_text(result: Optional[dict], status: str = "idle", fused_count: Optional[int] = None,
+                 keepset_writer: bool = False) -> Text:
+    """`fused_count`: the check's fused nodes (a passing engine is not searched);
+    `keepset_writer`: the engine adds a keep-set repro to the bundle."""
     t = Text()
     if not result:
         if status == "running":
@@ -30,7 +46,7 @@ def culprit_text(result: Optional[dict], status: str = "idle") -> Text:
     t.append(f"{mark} {BISECT_VERDICT.get(verdict, verdict)}\n", style="bold")
     t.append(f"{result['engine_builds']} engine build(s)"
              + (f", {result['reused_steps']} step(s) reused" if result.get("reused_steps") else "")
-             + f", searched at level {result.get('level')} over {len(result.get('units', []))} fused nodes\n")
+             + f", {searched_text(result, fused_count)}\n")
     rp = result.get("rest_proven_by")
     if rp:
         t.append(f"the other fusions pass together: step {rp['step']} ({shown(rp['kind'])}) keeps them all\n")
@@ -78,14 +94,25 @@ def culprit_text(result: Optional[dict], status: str = "idle") -> Text:
                      f"(max abs {fmt(d['max_abs'])})\n  {d['how']}\n")
         else:
             t.append(f"{d['how'] or 'none found'}\n")
+    err = result.get("engine_error")
+    if err and not any(c.get("engine_error") for c in result.get("culprits") or []):
+        t.append("\nThe fused engine's error: ", style="bold")
+        t.append(f"{shown(err.get('message', ''))}\n")
     p = result.get("precision")
-    if p and p.get("passed"):
-        t.append("\nKeep in FP32: ", style="bold")
-        t.append(f"{', '.join(p['keep_fp32'])} (full engine passes, {p['builds']} build(s))\n  {p['setting']}\n")
+    title = "Precision setting" if (p or {}).get("kind") == "precision_setting" else "Keep-set: nodes to keep in FP32"
+    _block(t, title, precision_lines(p))
     if result.get("explanation"):
         t.append(f"\n{result['explanation']}\n")
-    t.append("\ne: export report + repro bundle   c: copy the Markdown report\n")
+    _block(t, "Where the error starts", evidence_lines(result.get("evidence")))
+    t.append("\n" + export_hint(result, keepset_writer) + "\n")
     return t
+
+
+def _block(t: Text, title: str, lines: list[str]) -> None:
+    """A titled block of the lines the CLI prints (already made safe for a terminal)."""
+    if lines:
+        t.append(f"\n{title}\n", style="bold")
+        t.append("\n".join(lines) + "\n")
 
 
 class CulpritPanel(Static):
@@ -93,5 +120,6 @@ class CulpritPanel(Static):
     CulpritPanel { height: auto; padding: 0 1; }
     """
 
-    def show(self, result: Optional[dict], status: str) -> None:
-        self.update(culprit_text(result, status))
+    def show(self, result: Optional[dict], status: str, fused_count: Optional[int] = None,
+             keepset_writer: bool = False) -> None:
+        self.update(culprit_text(result, status, fused_count, keepset_writer))

@@ -5,23 +5,13 @@ draws the same data with matplotlib)."""
 
 from __future__ import annotations
 
-import math
 from typing import Optional
 
 from rich.text import Text
 from textual.widgets import Static
 
-from bisect_tui.core.escape import term
-from bisect_tui.core.plots import RATIO_FLOOR, ErrorProfile
-
-EIGHTHS = " ▁▂▃▄▅▆▇█"
-LABEL_W = 7  # "x1e+03 " on the left of each row
-
-
-def _log(r: float) -> float:
-    if r is None or not math.isfinite(r):
-        return 30.0
-    return math.log10(max(r, RATIO_FLOOR))
+from bisect_tui.core.plots import ErrorProfile
+from bisect_tui.core.report.textplots import LABEL_W, TOL_CHAR, profile_chart
 
 
 def profile_text(prof: Optional[ErrorProfile], width: int, height: int = 6) -> Text:
@@ -30,52 +20,14 @@ def profile_text(prof: Optional[ErrorProfile], width: int, height: int = 6) -> T
     if prof is None or not prof.ratios:
         t.append("no per-tensor errors yet: they come with the comparison (the fused-graph probe)\n")
         return t
-    n = len(prof.ratios)
-    # the chart always spans the width: many tensors share a column, few tensors get several
-    cols = max(width - LABEL_W, 1)
-    buckets = [(b * n // cols, max((b + 1) * n // cols, b * n // cols + 1)) for b in range(cols)]
-    vals = [max(_log(r) for r in prof.ratios[lo:hi]) for lo, hi in buckets]
-    y_min = math.log10(RATIO_FLOOR)
-    y_max = max(1.0, math.ceil(max(vals)))
-    step = (y_max - y_min) / height
-    tol_row = min(max(int((y_max - 0.0) / step), 0), height - 1)  # the row holding log10(1) = 0
-    for row in range(height):
-        hi_y = y_max - row * step
-        lo_y = hi_y - step
-        if row == tol_row:
-            label = "x1 tol"
-        elif row == 0:
-            label = f"x1e{int(round(y_max)):+d}"
-        elif row == height - 1:
-            label = f"x1e{int(y_min):+d}"
-        else:
-            label = ""
+    chart = profile_chart(prof, width, height)
+    for label, bar in zip(chart.labels, chart.bars):
         t.append(f"{label:<{LABEL_W - 1}} ", style="dim")
-        for v in vals:
-            if v >= hi_y:
-                ch = "█"
-            elif v > lo_y:
-                ch = EIGHTHS[max(1, min(8, int((v - lo_y) / step * 8)))]
-            else:
-                ch = "┄" if row == tol_row else " "
-            over = v > 0
-            t.append(ch, style=("bold red" if over and ch not in " ┄" else ("dim" if ch == "┄" else "")))
+        for ch, over in zip(bar, chart.over):
+            t.append(ch, style=("bold red" if over and ch not in " " + TOL_CHAR else ("dim" if ch == TOL_CHAR else "")))
         t.append("\n")
-    def first_col_of(i: int) -> int:  # a tensor spread over several columns is marked once
-        return next(b for b, (lo, hi) in enumerate(buckets) if lo <= i < hi)
-
-    first_col = first_col_of(prof.first_crossing) if prof.first_crossing is not None else None
-    culprit_cols = {first_col_of(i) for i in prof.culprits}
-    marks = "".join("C" if b in culprit_cols else ("▲" if b == first_col else " ") for b in range(cols))
-    t.append(" " * LABEL_W + marks.rstrip() + "\n", style="bold")
-    over = sum(1 for r in prof.ratios if r > 1)
-    t.append(f"{n} tensors in topological order, {over} above the tolerance (bars above ┄).", style="")
-    if prof.first_crossing is not None:
-        i = prof.first_crossing
-        t.append(f"\n▲ first crossing: #{i} {term(prof.tensors[i])} ({term(prof.op_types[i])}, "
-                 f"x{prof.ratios[i]:.3g} of the tolerance)")
-    if prof.culprits:
-        t.append(f"\nC made by the culprit: {', '.join(term(prof.tensors[i]) for i in prof.culprits[:3])}")
+    t.append(" " * LABEL_W + chart.marks + "\n", style="bold")
+    t.append("\n".join(chart.legend), style="")
     return t
 
 

@@ -44,9 +44,12 @@ class StepView(Vertical):
         yield from self.compose_body()
 
     def render_state(self, st: TriageState) -> None:
-        state = st.states.get(self.step, "pending")
+        from bisect_tui.tui.widgets.common import ROW_SYMBOL, row_states
+
+        state = row_states(st.states, st).get(self.step, "pending")  # the checklist row's word
         note = st.notes.get(self.step)
-        title = f"{STEP_NAME[self.step]}: {state_label(state)}" + (f" ({note})" if note else "")
+        label = f"{ROW_SYMBOL[state]} {state}" if state == "warning" else state_label(state)
+        title = f"{STEP_NAME[self.step]}: {label}" + (f" ({note})" if note else "")
         self.query_one(".view-title", Static).update(T(title))
         self.render_body(st)
 

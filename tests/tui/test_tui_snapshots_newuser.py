@@ -1,0 +1,151 @@
+"""What a new user met at 80x24 (issue 22), on the real sample models and real
+onnxruntime: the culprit pane shows the evidence, the keep-set and the engine's
+error the CLI prints; the export key offers only what export writes; the steps
+table shows more than two rows; help wraps beside its keys; a passing model
+counts its fused nodes; a range check with FP16 findings is a warning; toasts
+leave the settings form's buttons free. SVG snapshots (pytest-textual-snapshot)
+for the not-a-fusion, keep-set and engine-error screens; regenerate with
+`pytest tests/tui/test_tui_snapshots_newuser.py --snapshot-update`."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from bisect_tui.core.pipeline import TriageOptions
+from bisect_tui.core.tolerance import parse_tolerance
+from bisect_tui.api import EngineConfig
+from bisect_tui.tui.app import make_app
+from bisect_tui.tui.widgets.culprit import CulpritPanel
+from tui_helpers import gelu_options, screen_text, wait_idle
+
+
+def fp16_options(workdir: Path, samples: Path, model: str, tolerance: str) -> TriageOptions:
+    shutil.copy(samples / model, workdir / model)
+    return TriageOptions(model=Path(model), session_dir=Path("sess"), max_memory=1 << 30,
+                         tolerance=parse_tolerance(tolerance), config=EngineConfig(precision="fp16"))
+
+
+async def bisect_then_culprit_full_screen(pilot):
+    await pilot.press("b")
+    await wait_idle(pilot, 300)
+    await pilot.press("tab", "f")  # the culprit pane, on the whole screen
+    await pilot.pause(0.3)
+
+
+def panel_text(app) -> str:
+    return str(app.screen.query_one(CulpritPanel).render())
+
+
+def test_not_a_fusion_shows_its_evidence(snap_compare, workdir, samples):
+    """FP16 at FP32's tolerance: no fusion to blame, and no keep-set passes; the pane says where
+    the error starts (the CLI's evidence line) and that no keep-set was found."""
+    app = make_app(fp16_options(workdir, samples, "fp16_keepset.onnx", "fp32"))
+
+    async def run(pilot):
+        await bisect_then_culprit_full_screen(pilot)
+        await pilot.press(*["down"] * 8)  # the pane scrolled to its evidence and the export line
+        await pilot.pause(0.2)
+        text = panel_text(app)
+        assert app.state.bisect.result["verdict"] == "not_fusion"
+        assert "The evidence below shows where the error starts" in text
+        assert "Where the error starts\nevidence: the first tensor out of tolerance is out/residual:0" in text
+        assert "keep-set: none found in" in text
+        assert "e: export report   c:" in text and "bundle" not in text  # no bundle is written
+        assert not (workdir / "sess" / "bundle.zip").exists()
+
+    assert snap_compare(app, terminal_size=(80, 24), run_before=run)
+
+
+def test_keep_set_result_is_shown(snap_compare, workdir, samples):
+    app = make_app(fp16_options(workdir, samples, "fp16_keepset.onnx", "fp16"))
+
+    async def run(pilot):
+        await bisect_then_culprit_full_screen(pilot)
+        text = panel_text(app)
+        p = app.state.bisect.result["precision"]
+        assert p["passed"] and sorted(p["keep_fp32"]) == ["side/gain", "side/matmul"]
+        assert "Keep-set: nodes to keep in FP32\nkeep-set: keep 2 of" in text
+        assert "node_block_list=['side/matmul', 'side/gain']" in text
+        assert "e: export report + repro bundle" in text  # ORT adds its keep-set repro
+
+    assert snap_compare(app, terminal_size=(80, 24), run_before=run)
+
+
+def test_engine_error_is_shown(snap_compare, workdir, samples):
+    """The FP16 engine does not build: the pane shows the engine's own message and the keep-set
+    that makes it build, with more than two steps visible in the table above."""
+    app = make_app(fp16_options(workdir, samples, "hann_fp16.onnx", "fp16"))
+
+    async def run(pilot):
+        await pilot.press("b")
+        await wait_idle(pilot, 300)
+        await pilot.pause(0.3)
+        text = panel_text(app)
+        assert "engine build_error: [ONNXRuntimeError]" in text and "Type Error" in text
+        assert "keep-set: keep 1 of" in text
+        screen = screen_text(app)
+        steps = [n for n in range(1, 10) if f"┃ {n} " in screen]
+        assert len(steps) >= 3, screen  # every step of this search is on screen at 80x24
+
+    assert snap_compare(app, terminal_size=(80, 24), run_before=run)
+
+
+async def test_range_check_with_fp16_findings_is_a_warning(workdir, samples):
+    app = make_app(fp16_options(workdir, samples, "fp16_keepset.onnx", "fp16"))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("a")
+        await wait_idle(pilot, 300)
+        await pilot.press("up", "up")  # from the comparison to the range check
+        await pilot.pause(0.2)
+        screen = screen_text(app)
+        assert "Range check: ⚠ warning" in screen  # the pane says what its row says
+        assert "⚠ warning Range check" in screen and "fp16 underflow: 1 tensor(s)" in screen
+        assert app.state.states["range_check"] == "passed"  # the step passed; only its row warns
+        assert "✔ passed  Baseline" in screen
+
+
+async def test_passing_model_counts_its_fused_nodes(workdir):
+    app = make_app(gelu_options("transformer_block.onnx", gelu=False))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("b")
+        await wait_idle(pilot, 300)
+        await pilot.pause(0.2)
+        n = len(app.state.fused["fused_nodes"])
+        assert n == 7
+        text = panel_text(app)
+        assert f"the full engine passes with all {n} of its fused nodes" in text and "over 0" not in text
+        assert "e: export report   c:" in text  # a passing model gets no bundle
+
+
+async def test_help_wraps_beside_its_keys(workdir):
+    app = make_app(gelu_options("transformer_block.onnx"))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("question_mark")
+        await pilot.pause(0.3)
+        lines = screen_text(app).splitlines()
+        assert any("tab / shift+tab  move focus (the focused pane has a heavy border)" in ln for ln in lines)
+        at = next(i for i, ln in enumerate(lines) if "  o " in ln and "settings: inputs" in ln)
+        start = lines[at].index("settings: inputs")
+        cont = lines[at + 1]
+        # the wrapped rest of the description starts under its first word, the key column stays empty
+        assert cont[:start].strip("│ ") == "" and cont[start] != " " and cont[start - 1] == " "
+
+
+@pytest.mark.parametrize("size", [(120, 40), (80, 24)], ids=["120x40", "80x24"])
+async def test_notifications_leave_the_settings_buttons_free(workdir, size):
+    app = make_app(gelu_options("transformer_block.onnx"))
+    async with app.run_test(size=size, notifications=True) as pilot:
+        await pilot.press("o")
+        await pilot.pause(0.3)
+        app.screen.query_one("#apply").focus()
+        for _ in range(3):
+            app.notify("the settings can change when nothing runs: press x to cancel first " * 3, timeout=30)
+        await pilot.pause(0.5)
+        toasts = list(app.screen.query("Toast"))
+        assert len(toasts) == 3
+        for button in ("#apply", "#cancel"):
+            region = app.screen.query_one(button).region
+            assert all(not region.overlaps(t.region) for t in toasts), (button, region, [t.region for t in toasts])
