@@ -37,6 +37,10 @@ def cmd_check(args: argparse.Namespace) -> int:
         atomic.write_json(args.json, public_json(full))
     if args.report:
         write_report_copy(full, args.report)
+    if getattr(args, "model_explorer", None):
+        from bisect_tui.core.report.model_explorer import write_model_explorer
+
+        write_model_explorer(triage.session.root, args.model_explorer)
     return summary["exit_code"]
 
 

@@ -64,6 +64,8 @@ def add_model_options(p: argparse.ArgumentParser) -> None:
     o = p.add_argument_group("output")
     o.add_argument("--json", type=Path, metavar="FILE", help="write the result as JSON")
     o.add_argument("--report", type=Path, metavar="FILE.md", help="write a Markdown report")
+    o.add_argument("--model-explorer", type=Path, metavar="FILE.json",
+                   help="write each node's error for Google's Model Explorer (node data JSON; culprits highlighted)")
     o.add_argument("-q", "--quiet", action="store_true", help="no progress output")
 
 
@@ -148,8 +150,8 @@ def options_from_args(args: argparse.Namespace):
     _check_session_dir(args.session)
     from bisect_tui.core.outputs import check_target
 
-    for flag in ("json", "report", "bundle"):
-        check_target(getattr(args, flag, None), f"--{flag}", flag)
+    for kind in ("json", "report", "bundle", "model_explorer"):
+        check_target(getattr(args, kind, None), "--" + kind.replace("_", "-"), kind)
     engine, config = config_from_args(args)  # validated by the engine itself
     preset = args.preset or ({"fp16": "fp16", "bf16": "bf16"}.get(args.precision, "fp32"))
     tolerance = parse_tolerance(preset, args.atol, args.rtol, args.min_cosine, args.tol)

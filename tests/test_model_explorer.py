@@ -94,3 +94,24 @@ def test_the_package_loads_it(finished):
     d = json.loads(write_model_explorer(finished).read_text())
     g = dacite.from_dict(ndb.GraphNodeData, d, config=dacite.Config(strict=True))
     assert {k: v for k, v in json.loads(g.to_json_string()).items() if k in d} == d
+
+
+def test_check_and_bisect_write_it_on_request(samples, tmp_path):
+    """`--model-explorer FILE` on the command line: the same node data, where asked."""
+    import json
+
+    from bisect_tui.cli import main
+
+    out = tmp_path / "me.json"
+    code = main(["bisect", str(samples / "transformer_block.onnx"), "--session", str(tmp_path / "s"), "-q",
+                 "--ort-config", "optimization.enable_gelu_approximation=1", "--model-explorer", str(out)])
+    assert code == 1
+    data = json.loads(out.read_text())
+    assert data["name"].startswith("bisect-tui") and data["results"] and data["thresholds"]
+    # the file is ours now: a second run may replace it; a stranger's file of that name is refused
+    assert main(["check", str(samples / "transformer_block.onnx"), "--session", str(tmp_path / "s"), "-q",
+                 "--model-explorer", str(out)]) == 0
+    (tmp_path / "mine.json").write_text('{"name": "my graph", "results": {}}')
+    assert main(["check", str(samples / "transformer_block.onnx"), "--session", str(tmp_path / "s"), "-q",
+                 "--model-explorer", str(tmp_path / "mine.json")]) == 2
+    assert json.loads((tmp_path / "mine.json").read_text())["name"] == "my graph"

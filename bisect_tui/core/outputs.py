@@ -9,7 +9,8 @@ ourselves, recognised by its first bytes (docs/safety.md lists the marks):
 
 * --json: a JSON object whose first 4 KiB hold `"verdict":` and `"exit_code":`;
 * --report: Markdown whose first line starts with `# bisect-tui`;
-* --bundle: a zip archive holding `REPORT.md`.
+* --bundle: a zip archive holding `REPORT.md`;
+* --model-explorer: node data JSON whose name starts with `bisect-tui`.
 
 Files are created with the user's umask, as any other program's output is.
 """
@@ -26,7 +27,7 @@ from typing import Optional
 from bisect_tui.core.errors import UserError
 from bisect_tui.core.escape import term
 
-KINDS = ("json", "report", "bundle")
+KINDS = ("json", "report", "bundle", "model_explorer")
 HEAD = 4096
 
 _umask_lock = threading.Lock()
@@ -61,6 +62,8 @@ def _ours(path: Path, kind: str) -> bool:
         return False
     if kind == "json":
         return head.lstrip().startswith("{") and '"verdict":' in head and '"exit_code":' in head
+    if kind == "model_explorer":
+        return head.lstrip().startswith("{") and '"name": "bisect-tui' in head
     return head.startswith("# bisect-tui")
 
 
@@ -87,7 +90,7 @@ def check_target(path: Optional[Path], flag: str, kind: str) -> None:
                             "give a file name")
         if not _ours(p, kind):
             what = {"json": "a bisect-tui JSON result", "report": "a bisect-tui report",
-                    "bundle": "a bisect-tui bundle"}[kind]
+                    "bundle": "a bisect-tui bundle", "model_explorer": "bisect-tui node data"}[kind]
             raise UserError(f"{flag} {term(p)} exists and is not {what}; refusing to replace it "
                             "(remove it or give a new file name)")
         if not os.access(p, os.W_OK):

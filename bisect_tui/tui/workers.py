@@ -191,7 +191,10 @@ class EngineWorkers:
         from bisect_tui.core import atomic
         from bisect_tui.core.bisect.command import export_session, public_json, write_report_copy
 
+        from bisect_tui.core.report.model_explorer import write_model_explorer
+
         full, md, paths = export_session(t, t.summary(), result)
+        paths["model-explorer.json"] = str(write_model_explorer(t.session.root))
         if self.output_json:
             atomic.write_json(self.output_json, public_json(full))
             paths["--json"] = str(self.output_json)

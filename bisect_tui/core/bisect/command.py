@@ -28,7 +28,7 @@ def export_session(triage, summary: dict, result, with_plots: bool = True) -> tu
 
     session = triage.session
     full = {**summary, "bisect": result} if result else dict(summary)
-    full[BUNDLE_KEY] = bundle_plan(result, hasattr(triage.engine, "add_keepset_repro"))  # the report names only it
+    full[BUNDLE_KEY] = bundle_plan(result, triage.engine.capabilities.keep_high_precision)  # the report names only it
     plots = {}
     if with_plots:
         plots = write_plots(session.path("plots"), summary["outputs"], summary.get("shared_tensors"), result)
@@ -165,6 +165,10 @@ def run_bisect_command(args, opts) -> int:
         atomic.write_json(args.json, public_json(full))
     if report:
         write_report_copy(full, report)
+    if getattr(args, "model_explorer", None):
+        from bisect_tui.core.report.model_explorer import write_model_explorer
+
+        write_model_explorer(triage.session.root, args.model_explorer)
     if getattr(args, "bundle", None):
         if "bundle.zip" not in paths:
             print("no culprit, so no repro bundle was written")

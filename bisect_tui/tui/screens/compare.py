@@ -18,6 +18,7 @@ from textual.containers import VerticalScroll
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, Static
 
+from bisect_tui.core.compare.report import shows_ranking
 from bisect_tui.core.compare.records import CompareResult, TensorResult
 from bisect_tui.core.compare.report import values_line, verdict_line
 from bisect_tui.core.escape import term
@@ -114,7 +115,7 @@ class CompareScreen(Screen):
         table.add_columns("verdict", "test tensor", "golden tensor", "max abs", "cosine", "top-1")
         for i, t in enumerate(self.result.tensors):
             m = t.metrics
-            top1 = m.get("top1_agreement")
+            top1 = m.get("top1_agreement") if shows_ranking(t) else None  # box coordinates rank nothing
             table.add_row(
                 Text("✔ PASS" if t.passed else "✘ FAIL"),
                 Text(short(term(t.pair.test.name), 24)),
