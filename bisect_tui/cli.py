@@ -153,7 +153,19 @@ def _on_sigterm(signum, frame):  # finally-blocks run: temp files go, the sessio
     raise KeyboardInterrupt
 
 
+def _default_sigterm_in_child() -> None:
+    # a library's forked child (a telemetry sender) is not ours to unwind: it
+    # printed a KeyboardInterrupt traceback after our clean one-line error
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+_FORK_HOOK = []
+
+
 def _install_signals() -> None:
+    if not _FORK_HOOK and hasattr(os, "register_at_fork"):
+        os.register_at_fork(after_in_child=_default_sigterm_in_child)
+        _FORK_HOOK.append(True)
     try:
         signal.signal(signal.SIGTERM, _on_sigterm)
         if hasattr(signal, "SIGXFSZ"):  # a file-size limit becomes EFBIG, not a silent kill
@@ -202,6 +214,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
               file=sys.stderr)
         return int(ExitCode.INTERNAL)
     finally:
+        second = sys.modules.get("bisect_tui.core.second_run")
+        if second is not None:  # a prestarted interpreter nobody took: gone before we return
+            second.stop_prestarted()
         root = _session.active_root() if len(_session._ACTIVE) > opened else None
         safepath.release_session_temp(root)
         del _session._ACTIVE[opened:]

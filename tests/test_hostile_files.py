@@ -23,12 +23,28 @@ from bisect_tui.core.errors import UserError
 
 from testlib import REPO
 
-# the measuring parent: runs the command, then prints its exit code, wall time and peak RSS
-_WRAP = ("import json, resource, subprocess, sys, time; t = time.monotonic(); "
-         "p = subprocess.run(sys.argv[1:], capture_output=True, text=True); "
-         "print(json.dumps({'rc': p.returncode, 's': time.monotonic() - t, "
-         "'rss_mb': resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024, "
-         "'out': p.stdout, 'err': p.stderr}))")
+# The measuring parent: runs the command as a child subreaper (every process the
+# command leaves behind is re-parented to it, not to init), then prints the exit
+# code, wall time, peak RSS and how many of the command's processes outlived it.
+_WRAP = (
+    "import ctypes, json, os, resource, subprocess, sys, time\n"
+    "ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER\n"
+    "t = time.monotonic()\n"
+    "p = subprocess.run(sys.argv[1:], capture_output=True, text=True)\n"
+    "s = time.monotonic() - t\n"
+    "me = str(os.getpid())\n"
+    "left = []\n"
+    "for d in os.listdir('/proc'):\n"
+    "    try:\n"
+    "        st = open(f'/proc/{d}/stat').read().rsplit(')', 1)[1].split()\n"
+    "    except (OSError, IndexError):\n"
+    "        continue\n"
+    "    if st[1] == me and st[0] != 'Z':\n"
+    "        left.append(open(f'/proc/{d}/cmdline').read().replace('\\0', ' ')[:120])\n"
+    "print(json.dumps({'rc': p.returncode, 's': s, 'left': left,\n"
+    "                  'rss_mb': resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024,\n"
+    "                  'out': p.stdout, 'err': p.stderr}))\n"
+)
 
 
 def cli(*args, cwd: Path) -> dict:
@@ -39,8 +55,9 @@ def cli(*args, cwd: Path) -> dict:
 
 
 def refused(r: dict, *needles: str) -> str:
-    """Exit 2, one line, no traceback, under 5 s and 500 MB."""
+    """Exit 2, one line, no traceback, under 5 s and 500 MB, no process left."""
     assert r["rc"] == 2, r
+    assert not r["left"], f"processes outlived the command: {r['left']}"
     assert "Traceback" not in r["err"], r["err"]
     lines = r["err"].strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("bisect-tui: error: "), r["err"]
@@ -257,3 +274,56 @@ def test_prune_refuses_ages_that_are_not_a_number_of_days(tmp_path, age):
     d = _fake_session(tmp_path, "recent-1")
     refused(cli("sessions", "prune", "--older-than", age, cwd=tmp_path), "--older-than")
     assert d.exists()
+
+
+# --------------------------------------------------------------------------- flags
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory) -> Path:
+    """A small real model: x[2,8] -> MatMul -> Relu -> y (nodes mm, relu)."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    w = numpy_helper.from_array(np.random.default_rng(0).standard_normal((8, 8)).astype(np.float32), "w")
+    g = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["a"], name="mm"),
+                           helper.make_node("Relu", ["a"], ["y"], name="relu")], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 8])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 8])], [w])
+    path = tmp_path_factory.mktemp("m") / "m.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), path)
+    return path
+
+
+@pytest.mark.parametrize("flags, needle", [
+    (["--workers", "100000"], "at most"),
+    (["--fanout", "1000"], "at most 64 split points"),
+    (["--keep-fp32", "mm"], "at --precision fp32 it would change nothing"),
+    (["--precision", "fp16", "--keep-fp32", "rleu"], "did you mean 'relu'"),
+    (["--engine", "openvino", "--ov-mark", "no_such_tensor:0"], "no tensor of that name"),
+    (["--engine", "openvino", "--ov-config", "NUM_STREAMS=banana"], "rejects this value"),
+])
+def test_flags_that_name_nothing_or_ask_too_much_are_refused(tmp_path, model, flags, needle):
+    refused(cli("bisect", model, "--session", tmp_path / "s", "-q", *flags, cwd=tmp_path), needle)
+
+
+def test_ten_thousand_unknown_keep_names_are_refused_with_one_line(tmp_path, model):
+    names = [a for i in range(10_000) for a in ("--keep-fp32", f"node_{i}")]
+    line = refused(cli("check", model, "--session", tmp_path / "s", "-q", "--precision", "fp16", *names,
+                       cwd=tmp_path), "no node of that name")
+    assert "9999 more unknown" in line
+
+
+def test_an_openvino_run_leaves_no_telemetry_child_and_no_traceback(tmp_path, model):
+    r = cli("check", model, "--session", tmp_path / "s", "-q", "--engine", "openvino", cwd=tmp_path)
+    assert r["rc"] == 0, r
+    assert not r["left"] and "Traceback" not in r["err"], r
+
+
+def test_commands_that_exit_early_leave_no_second_run_behind(tmp_path, model):
+    # the determinism check's interpreter is started first thing: an early refusal must end it
+    r = cli("check", model, "--session", tmp_path / "s", "-q", "--precision", "fp16", "--keep-fp32", "nope",
+            cwd=tmp_path)
+    refused(r, "no node of that name")
+    r = cli("check", model, "--session", tmp_path / "s", "-q", cwd=tmp_path)
+    assert r["rc"] == 0 and not r["left"], r

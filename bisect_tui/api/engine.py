@@ -214,6 +214,26 @@ class EngineBase:
         """Why `found` may be missing from the engine's log of `logged` passes."""
         return None
 
+    def named_tensors(self, config: EngineConfig) -> list[tuple[str, list[str]]]:
+        """(flag, tensor names) the user gave in this engine's options (those
+        declared `names="tensor"`), for the core to check against the model."""
+        import json
+
+        out = []
+        for opt in self.options:
+            if opt.names != "tensor":
+                continue
+            value = opt.config_value(config)
+            if isinstance(value, str):
+                try:
+                    value = json.loads(value) if value.startswith("[") else [value]
+                except ValueError:
+                    value = [value]
+            names = [str(v) for v in (value or ())]
+            if names:
+                out.append((opt.flag, names))
+        return out
+
     def normalize_option(self, option: EngineOption, value: Any) -> Any:
         """A raw option value as the engine keeps it (e.g. short names spelt out);
         called for options declared with `normalized=True`."""

@@ -40,6 +40,9 @@ class EngineOption:
     in_form: bool = True  # False: CLI only (e.g. values that depend on the machine)
     ordered: bool = False
     normalized: bool = False  # the engine rewrites the value (`EngineBase.normalize_option`)
+    # "tensor": each value names a tensor of the model, checked once the model is
+    # read (a name that matches nothing stops the run with "did you mean")
+    names: str = ""
 
     @property
     def widget_id(self) -> str:

@@ -127,6 +127,9 @@ def run_bisect_command(args, opts) -> int:
     # engine while this process makes the baseline. The default (one worker per
     # core, binary search) starts them only once builds prove slow.
     devices = getattr(args, "devices", None)
+    from bisect_tui.core.bisect.limits import check_parallelism
+
+    check_parallelism(len(devices) if devices else workers, fanout, bool(ray))
     if devices and ray:
         from bisect_tui.core.errors import UserError
 

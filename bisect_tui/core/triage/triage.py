@@ -23,6 +23,7 @@ from bisect_tui.core.checks import check_determinism, check_ranges
 from bisect_tui.core.errors import UserError
 from bisect_tui.core.input_suggest import check_config_inputs
 from bisect_tui.core.input_suggest import resolve_shapes
+from bisect_tui.core.named import check_names
 from bisect_tui.core.inputs import InputSet, generate_inputs, load_inputs
 from bisect_tui.core.model import ModelInfo, load_model_info, save_prepared
 from bisect_tui.core.engine_log import set_engine_log
@@ -152,6 +153,7 @@ class Triage(Overlap, FusedStep, TorchFrontEnd, Verdicts):
             self.shapes = resolve_shapes(info, self.opts.shapes, self.opts.input_values, self.reference)
             check_config_inputs(info, self.opts.input_values, self.opts.input_ranges)
             root = self.opts.session_dir
+        check_names(info.index, self.opts.config, self.engine)
         if root is None:  # a new shape or seed gets its own directory, never a lock message
             key = None if self.opts.inputs_are_default() else stable_key(self.opts.input_options())
             root = default_session_dir(info.path, info.sha256, inputs_key=key)

@@ -17,7 +17,8 @@ OPTIONS = (
                  label="properties", placeholder="KEY=VALUE, ... e.g. NUM_STREAMS=1"),
     EngineOption("mark", "list", (), "add this tensor to the model's outputs before compiling (blocks a "
                  "fusion across it: the workaround `bisect` proves)", "--ov-mark", "options.mark",
-                 metavar="TENSOR", label="mark tensors", placeholder="tensor names, e.g. norm/reduce:0"),
+                 metavar="TENSOR", label="mark tensors", placeholder="tensor names, e.g. norm/reduce:0",
+                 names="tensor"),
 )
 
 CAPABILITIES = Capabilities(

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import sys
 import tempfile
 import weakref
 from pathlib import Path
@@ -47,14 +48,50 @@ from bisect_tui.engines.openvino.runtime_graph import (  # noqa: F401  (importab
     runtime_layers,
 )
 
+def import_openvino():
+    """openvino, without the telemetry it sends on import: its package falls back
+    to its own no-op stub when `openvino_telemetry` cannot be imported, which is
+    the switch the library offers a program (its opt-out otherwise writes the
+    user's home). The sender forked a child on import that outlived our commands."""
+    if "openvino" not in sys.modules:
+        sys.modules.setdefault("openvino_telemetry", None)
+    import openvino
+
+    return openvino
+
+
 def _core():
-    import openvino as ov
+    ov = import_openvino()
 
     core = getattr(_core, "_cached", None)
     if core is None:
         core = ov.Core()
         _core._cached = core
     return core
+
+
+_VALUE_CHECKS: dict = {}
+
+
+def _rejected_value(core, device: str, key: str, value: str) -> str:
+    """Why the plugin refuses `key=value`, or "" (a one-op model compiled with it,
+    once per value). set_property accepts anything; only compiling tells, and a
+    refusal at the model's build read as "the fused engine breaks tolerance"."""
+    hit = _VALUE_CHECKS.get((device, key, value))
+    if hit is None:
+        import numpy as np
+
+        ov = import_openvino()
+        from openvino import opset13 as ops
+
+        p = ops.parameter([1, 4], np.float32)
+        try:
+            core.compile_model(ov.Model([ops.relu(p)], [p]), device, {key: value})
+            hit = ""
+        except Exception as e:  # the plugin's own words
+            hit = _first_line(e)
+        _VALUE_CHECKS[(device, key, value)] = hit
+    return hit
 
 
 def _first_line(e: BaseException) -> str:
@@ -220,7 +257,7 @@ class OpenVinoEngine(EngineBase):
         try:
             core = _core()
         except Exception as e:  # not installed, or a broken install
-            raise UserError(f"OpenVINO is not available: {_first_line(e)}; pip install 'bisect-tui[openvino]'") \
+            raise UserError(f"OpenVINO is not available: {_first_line(e)}; pip install 'openvino>=2025.1,<2027'") \
                 from None
         device = self.device(config)
         devices = list(core.available_devices)
@@ -236,6 +273,11 @@ class OpenVinoEngine(EngineBase):
             if key not in writable:
                 raise UserError(f"--ov-config {key}: OpenVINO's {device} plugin does not accept this property"
                                 + did_you_mean(key, writable))
+        for key, value in config.config_entries:
+            problem = _rejected_value(core, device, key, value)
+            if problem:
+                raise UserError(f"--ov-config {key}={value}: OpenVINO's {device} plugin rejects this value "
+                                f"({problem})")
 
     def default_precision(self, device: str = "CPU") -> Optional[str]:
         """The precision the plugin picks when none is asked (bf16 on CPUs with AVX-512 BF16)."""
@@ -371,9 +413,9 @@ class OpenVinoEngine(EngineBase):
         return list(names)
 
     def versions(self) -> dict[str, str]:
-        import openvino
         import onnx
 
+        openvino = import_openvino()
         return {"openvino": openvino.__version__.split("-")[0], "openvino_build": openvino.__version__,
                 "onnx": onnx.__version__, "numpy": np.__version__}
 
