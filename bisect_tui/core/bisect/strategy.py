@@ -291,7 +291,8 @@ class Search(Trials):
                 rest = [u for u in at_user if u.blockable and u != confirmed]
                 if rest:
                     first.append(Candidate("remaining fusions", rest, held=[confirmed]))
-        return confirmed, self.evaluate_many(first)[0]
+        self.blocked = self.evaluate_many(first)[0]
+        return confirmed, self.blocked
 
     def _unblocked(self, result: dict, blocked: Step, units: list[Unit]) -> Optional[list[str]]:
         """The fusions marking left in place in the blocked build, unless the same
