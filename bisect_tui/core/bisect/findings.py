@@ -98,6 +98,10 @@ class Findings:
                 self.bis.config = saved
         return self._attr[key]
 
+    def made(self, group: list[Unit], level_cfg) -> Optional[dict]:
+        """The attribution of `group` if it has been made, else None (nothing built)."""
+        return self._attr.get(self._key(group, level_cfg))
+
     def speculative_configs(self, group: list[Unit], cfg, ci: int) -> list:
         """The full-engine configs the attribution of `group` will build first (each
         candidate pass disabled), found on subgraphs alone: to build in one round

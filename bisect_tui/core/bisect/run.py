@@ -148,6 +148,7 @@ def _run(triage, bis, probe, max_builds: int, max_culprits: int) -> dict:
             sub.seed_from_check = None
             sub.findings = Findings(triage, sub, len(culprits) + 1)
             sub.follow(bis)  # round 2 starts from round 1's verdicts, maps and blocked build
+            sub.workaround_base = bis.config
             sub.adopt_full_engine(step)
             s2 = sub.run(probe)
             extra_steps += [st.replace(kind=f"round {layer}: {st.kind}") for st in sub.steps]

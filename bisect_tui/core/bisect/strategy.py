@@ -63,6 +63,8 @@ class Search(Trials):
         # isolation and attribution per culprit (findings.py), set by run.py: lets the
         # attribution's confirming build stand for "remaining fusions"
         self.findings = None
+        # a later fixpoint round: the user's config, whose workaround tests each pass alone
+        self.workaround_base: Optional[EngineConfig] = None
 
     # --- hooks: checks on the model's own tensors (search.Bisector) -------------------
     def check_on_subgraph(self, u: Unit) -> Optional[dict]:
@@ -211,6 +213,19 @@ class Search(Trials):
         finally:
             self.config = inner
 
+    def _prefetch_workaround(self, culprits: list[list[Unit]], level: str) -> None:
+        """In a later fixpoint round, the user's engine with each pass this round found
+        disabled alone: the workaround tries each pass alone first and, once this round's
+        passes are known, its build is certain (attribution.find_workaround), so it is
+        made on the second core while "remaining fusions" builds; not recorded unless asked."""
+        if self.workaround_base is None or self.findings is None or not self.can_prefetch():
+            return
+        cfg = self.config.with_level(level)
+        for g in culprits:
+            for name in (self.findings.made(g, cfg) or {}).get("confirmed", []):
+                c = self.workaround_base.with_disabled([name])
+                self.prefetch(Candidate("workaround", None, c))
+
     # --- the whole search ----------------------------------------------------------------
     def run(self, probe_fn: Optional[Callable] = None) -> dict:
         """Search; returns the JSON-able search result (culprits as unit indices)."""
@@ -326,6 +341,8 @@ class Search(Trials):
                         result["rest_proven_by"] = {"step": proof.n, "kind": proof.kind, "ratio": proof.ratio,
                                                     "fused_nodes": proof.fused_in_build, "why": verdicts.REST_PROVEN}
                         break
+                    if held:
+                        self._prefetch_workaround(culprits, level)
                     check = self.evaluate("remaining fusions" if held else "all fusions at level",
                                           remaining, held=held)
                     if check.passed:

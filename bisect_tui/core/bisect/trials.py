@@ -333,6 +333,7 @@ class Trials:
         one set of maps for both, so a build either round made is not made again (the
         steps of each stay its own)."""
         self.store.records = earlier.store.records
+        self.scheduler = earlier.scheduler  # a build prefetched in this round for the next (the workaround's)
         self._maps = earlier._maps
         self._units = earlier._units
         self._no_subgraph = earlier._no_subgraph
