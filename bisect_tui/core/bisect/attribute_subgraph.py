@@ -12,8 +12,9 @@ node (same op, same original nodes), as the suspect's subgraph check requires
 once on the whole graph, with that pass disabled: the build the fixpoint and
 the workaround ask for next, so the proof costs nothing more. A pass the whole
 graph does not confirm, a subgraph that fuses otherwise, an interaction (a set
-of fused nodes) or an untagged culprit (group testing, already on the
-subgraph) leave the attribution to attribute(), which reuses every build made.
+of fused nodes), a single candidate (its whole-graph build is needed as the
+proof anyway) or an untagged culprit (group testing, already on the subgraph)
+leave the attribution to attribute(), which reuses every build made.
 """
 
 from __future__ import annotations
@@ -65,8 +66,8 @@ def subgraph_tests(engine, subgraph: Optional[Path], cfg, units: list[Unit], can
         return None
     unit = units[0]
     names = candidate_optimizers(units, engine.known_optimizers())
-    if not names or not unit.original_nodes:
-        return None
+    if len(names) < 2 or not unit.original_nodes:
+        return None  # one candidate: its whole-graph build is the proof either way
     plain = _subgraph_map(engine, subgraph, cfg)
     if plain is None or not same_fusion(unit, plain):
         return None
