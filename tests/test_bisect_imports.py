@@ -51,5 +51,5 @@ def test_no_import_cycle_inside_the_bisection_package():
 def test_the_search_parts_import_no_engine_package():
     for name in SEARCH_PARTS:
         engines = {i for i in _imports(name) if i.startswith("bisect_tui.engines")}
-        assert engines <= {"bisect_tui.engines.base", "bisect_tui.engines.base.EngineConfig",
-                           "bisect_tui.engines.base.FusedNode", "bisect_tui.engines.base.LEVELS"}, (name, engines)
+        assert engines <= {"bisect_tui.api", "bisect_tui.api.EngineConfig",
+                           "bisect_tui.api.FusedNode", "bisect_tui.api.LEVELS"}, (name, engines)

@@ -17,7 +17,7 @@ from bisect_tui.core.bisect.records import RESULT_SCHEMA, BisectResult, Culprit,
 from bisect_tui.core.bisect.run import run_bisection
 from bisect_tui.core.pipeline import Triage, TriageOptions
 from bisect_tui.core.tolerance import parse_tolerance
-from bisect_tui.engines.base import EngineConfig
+from bisect_tui.api import EngineConfig
 
 from testlib import REPO, gelu_triage
 
@@ -85,7 +85,7 @@ def test_a_result_read_back_into_records_is_written_again_unchanged(results, cas
     assert again.to_json() == on_disk
     assert all(isinstance(s, Step) for s in again.steps) and all(isinstance(c, Culprit) for c in again.culprits)
     if case == "gelu":
-        assert isinstance(again.workaround, Workaround) and again.workaround.disabled_optimizers
+        assert isinstance(again.workaround, Workaround) and again.workaround.disabled_passes
         assert again.culprits[0].original_nodes == res["culprits"][0]["original_nodes"]
     else:
         assert again.precision.keep_fp32 == res["precision"]["keep_fp32"] and again.precision.passed

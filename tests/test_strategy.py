@@ -21,7 +21,7 @@ from bisect_tui.core.bisect.scheduler import BuildScheduler
 from bisect_tui.core.bisect.store import MemoryStore
 from bisect_tui.core.bisect.strategy import Search
 from bisect_tui.core.graph import GraphIndex
-from bisect_tui.engines.base import Capabilities, EngineConfig, FusedNode
+from bisect_tui.api import Capabilities, EngineConfig, FusedNode
 
 N = 12  # fused patterns in a chain, each two original nodes with one interior tensor
 CAPS = Capabilities(marking=True, marking_blocks=True, pass_switches=False, keep_high_precision=False)
@@ -68,7 +68,7 @@ class ScriptedJudge:
     def judge_trial(self, plan, result) -> Judgement:
         self.asked += 1
         marked = set(plan.marks)
-        off = set(plan.config.disabled_optimizers)
+        off = set(plan.config.disabled_passes)
         active = {i for i in range(N) if f"m{i}" not in marked and f"Pass{i}" not in off}
         fails = any(s <= active for s in self.failing)
         ratio = 7.0 if fails else 0.25

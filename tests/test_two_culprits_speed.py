@@ -20,7 +20,7 @@ from bisect_tui.core.bisect import findings as findings_mod
 from bisect_tui.core.bisect.run import run_bisection
 from bisect_tui.core.bisect.trials import Trials
 from bisect_tui.core.pipeline import Triage, TriageOptions
-from bisect_tui.engines.base import EngineConfig
+from bisect_tui.api import EngineConfig
 
 from testlib import REPO
 

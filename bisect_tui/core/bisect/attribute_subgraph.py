@@ -65,7 +65,7 @@ def subgraph_tests(engine, subgraph: Optional[Path], cfg, units: list[Unit], can
     if subgraph is None or len(units) != 1 or (caps is not None and not caps.pass_switches):
         return None
     unit = units[0]
-    names = candidate_optimizers(units, engine.known_optimizers())
+    names = candidate_optimizers(units, engine.known_passes())
     if len(names) < 2 or not unit.original_nodes:
         return None  # one candidate: its whole-graph build is the proof either way
     plain = _subgraph_map(engine, subgraph, cfg)
@@ -96,7 +96,7 @@ def attribute_on_subgraph(bisector, units: list[Unit], tests: Optional[dict]) ->
     if not names:
         return None
     unit = units[0]
-    known = bisector.engine.known_optimizers()
+    known = bisector.engine.known_passes()
     proofs = {}
     bisector.prefetch_maps([bisector.config.with_disabled([n]) for n in names])
     for name in names:

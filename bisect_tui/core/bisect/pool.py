@@ -47,7 +47,7 @@ from typing import Callable, Optional, Sequence
 import numpy as np
 
 from bisect_tui.core.errors import EngineBuildError, EnvironmentFault, UserError
-from bisect_tui.engines.base import EngineConfig
+from bisect_tui.api import EngineConfig
 
 
 def default_workers() -> int:

@@ -14,7 +14,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from bisect_tui.engines.base import EngineConfig
+from bisect_tui.api import EngineConfig
 
 RESULT_SCHEMA = "bisect-tui/bisect-result/1"
 
@@ -81,7 +81,7 @@ class Step:
 
 def step_config(config: EngineConfig) -> dict:
     """The part of a config a step records (the search varies only these)."""
-    return {"level": config.level, "disabled_optimizers": list(config.disabled_optimizers)}
+    return {"level": config.level, "disabled_optimizers": list(config.disabled_passes)}
 
 
 @dataclass(frozen=True)

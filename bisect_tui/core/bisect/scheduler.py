@@ -19,7 +19,7 @@ from typing import Callable, Optional
 
 from bisect_tui.core import background
 from bisect_tui.core.bisect.pool import BuildJob, BuildResult
-from bisect_tui.engines.base import EngineConfig
+from bisect_tui.api import EngineConfig
 
 
 @dataclass(frozen=True)

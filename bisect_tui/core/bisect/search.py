@@ -25,7 +25,7 @@ from bisect_tui.core.bisect.trials import BuildBudgetExceeded, Candidate
 from bisect_tui.core.bisect.units import Unit
 from bisect_tui.core.cancel import Progress
 from bisect_tui.core.session import stable_key
-from bisect_tui.engines.base import EngineConfig, FusedNode
+from bisect_tui.api import EngineConfig, FusedNode
 
 __all__ = ["Bisector", "BuildBudgetExceeded", "Candidate", "Step", "amplifies_rounding", "engine_levels",
            "record_digest", "split_points", "suspects_to_try", "tries_suspect_first"]

@@ -39,7 +39,7 @@ from bisect_tui.core.bisect.trials import BuildBudgetExceeded, Candidate, Trials
 from bisect_tui.core.bisect.units import Unit
 from bisect_tui.core.cancel import Progress
 from bisect_tui.core.session import now_iso
-from bisect_tui.engines.base import EngineConfig
+from bisect_tui.api import EngineConfig
 
 
 class Search(Trials):

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Optional
 
 from bisect_tui.core.bisect.units import Unit
-from bisect_tui.engines.base import LEVELS, EngineConfig
+from bisect_tui.api import LEVELS, EngineConfig
 
 MAX_SEED_TRIES = 3  # the probe's suspects tried alone before any search
 

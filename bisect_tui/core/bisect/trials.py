@@ -26,7 +26,7 @@ from bisect_tui.core.bisect.store import MemoryStore
 from bisect_tui.core.bisect.units import Unit, build_units, marks_for, region_text
 from bisect_tui.core.cancel import CancelToken, Progress, ProgressFn, no_progress
 from bisect_tui.core.session import stable_key
-from bisect_tui.engines.base import EngineConfig, FusedNode
+from bisect_tui.api import EngineConfig, FusedNode
 
 
 @dataclass
@@ -250,7 +250,7 @@ class Trials:
 
     # --- the engine's map -----------------------------------------------------------------
     def map_kind(self, config: EngineConfig) -> str:
-        extra = sorted(set(config.disabled_optimizers) - set(self.config.disabled_optimizers))
+        extra = sorted(set(config.disabled_passes) - set(self.config.disabled_passes))
         return f"disable {', '.join(extra)}" if extra else f"engine {config.level}"
 
     def engine_dir(self, config: EngineConfig) -> Path:
@@ -358,6 +358,6 @@ class Trials:
         """Another search already built and judged this search's full engine
         (the fixpoint's check with the found passes disabled): reuse it."""
         key = self.full_engine_key()
-        if self.store.recorded(key) or step.config.get("disabled_optimizers") != list(self.config.disabled_optimizers):
+        if self.store.recorded(key) or step.config.get("disabled_optimizers") != list(self.config.disabled_passes):
             return
         self.store.remember(key, {**step.to_json(), "key": key, "kind": "full engine"})
