@@ -1,12 +1,14 @@
 """Benchmark: speed at scale, bisect-tui (1 worker and N workers) against
 Polygraphy's `debug reduce` (bisect, and linear where it finishes in reasonable
-time) on models of about 100, 1,000 and 5,000+ nodes with one known culprit
-(bench/scale_models.py), plus the baseline dump's throughput against plain
+time) on models of about 100, 1,000 and 5,000+ nodes with one known culprit, and on
+stacks of about 500, 1,000 and 5,000 nodes (21,000 with --huge) with two culprits one
+behind the other (LayerNorm keepdims=0: LayerNormFusionL1, then SimplifiedLayerNormFusion;
+bench/scale_models.py), plus the baseline dump's throughput against plain
 numpy.save to the same disk. One run; ratios are within it. Prints, asserts
 nothing.
 
     .venv/bin/python bench/speed_at_scale.py [--models transformer_100,...] [--workers 2]
-        [--linear-max-nodes 150] [--linear-timeout 300]
+        [--linear-max-nodes 150] [--linear-timeout 300] [--huge] [--rows w1,wN,np1,npN]
 
 Rows per model:
 - bisect-tui w1 k1: `bisect-tui bisect --workers 1 --fanout 1` (the binary search, one build at a time);
@@ -43,7 +45,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 import bisect_vs_debug_reduce as peer  # noqa: E402
-from scale_models import MODELS, build  # noqa: E402
+from scale_models import HUGE, MODELS, build, ort_config  # noqa: E402
 
 # the peer's check script, counting the nodes of each candidate it is asked to judge
 CHECK = peer.CHECK.replace(
@@ -108,11 +110,12 @@ def judge(found: list[list[str]], expected: list[list[str]]) -> tuple[bool, str]
     return ok, f"{hit}/{len(exp)} covered, {extra} outside"
 
 
-def run_bt(model: Path, inputs: Path, tmp: Path, workers: int, fanout: int, tag: str, probe: bool = True) -> dict:
+def run_bt(model: Path, inputs: Path, tmp: Path, workers: int, fanout: int, tag: str, probe: bool = True,
+           setting: str | None = "optimization.enable_gelu_approximation=1") -> dict:
     out = tmp / f"{tag}.json"
     sess = tmp / f"{tag}_session"
     cmd = [str(Path(sys.executable).parent / "bisect-tui"), "bisect", str(model), "--session", str(sess),
-           "--input", str(inputs), "--ort-config", "optimization.enable_gelu_approximation=1",
+           "--input", str(inputs), *(["--ort-config", setting] if setting else []),
            "--workers", str(workers), "--fanout", str(fanout), "--json", str(out), "-q"]
     if not probe:
         cmd.append("--no-probe")
@@ -125,6 +128,7 @@ def run_bt(model: Path, inputs: Path, tmp: Path, workers: int, fanout: int, tag:
     for c in b.get("culprits", []):
         sub += ((c.get("attribution") or {}).get("group_test") or {}).get("builds", 0) or 0
         sub += 1 if (c.get("isolated") or {}).get("subgraph") else 0  # the culprit's region through the engine
+        sub += (c.get("attribution") or {}).get("subgraph_builds", 0) or 0  # its tagged passes on its subgraph
     fused = len(b.get("units", []))
     passes = sorted({n for c in b.get("culprits", []) for n in (c.get("attribution") or {}).get("confirmed", [])})
     search_builds = sum(1 for s in b["steps"] if not s["cached"] and not s.get("subgraph")
@@ -138,6 +142,8 @@ def run_bt(model: Path, inputs: Path, tmp: Path, workers: int, fanout: int, tag:
         sizes.append(k)
         i += k
     res = {"wall": wall, "whole": b["engine_builds"] + 1, "round_sizes": sizes, "sub": sub, "peak": peak,
+           "exposed_by": [c.get("exposed_by") for c in b.get("culprits", [])],
+           "workaround": (b.get("workaround") or {}).get("disabled_optimizers"),
            "culprits": culprits,
            "answer": sum(len(c) for c in culprits), "fused": fused, "passes": passes,
            "search_builds": search_builds, "search_s": b.get("seconds"),
@@ -147,7 +153,8 @@ def run_bt(model: Path, inputs: Path, tmp: Path, workers: int, fanout: int, tag:
     return res
 
 
-def run_pg(model: Path, inputs: Path, tmp: Path, mode: str, n_nodes: int, timeout: float | None) -> dict:
+def run_pg(model: Path, inputs: Path, tmp: Path, mode: str, n_nodes: int, timeout: float | None,
+           check: str = "check.py") -> dict:
     import onnx
 
     work = tmp / f"pg_{mode}"
@@ -162,7 +169,7 @@ def run_pg(model: Path, inputs: Path, tmp: Path, mode: str, n_nodes: int, timeou
         raise SystemExit(f"golden dump failed:\n{prep.stderr[-2000:]}")
     cmd = [str(Path(sys.executable).parent / "polygraphy"), "debug", "reduce", str(model), "-o", "reduced.onnx",
            f"--mode={mode}", "--load-inputs", "inputs.json",
-           "--check", sys.executable, str(tmp / "check.py"), "polygraphy_debug.onnx", "golden.npz", str(counter)]
+           "--check", sys.executable, str(tmp / check), "polygraphy_debug.onnx", "golden.npz", str(counter)]
     rc, wall, peak, so, se = timed(cmd, work, timeout, env={**os.environ, "TMPDIR": str(work)})
     sizes = [int(x) for x in counter.read_text().split()] if counter.exists() else []
     res = {"wall": prep_s + wall, "whole": 2 * sum(1 for s in sizes if s >= n_nodes),
@@ -232,6 +239,10 @@ def cores_free() -> float:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--models", default=",".join(MODELS))
+    ap.add_argument("--huge", action="store_true",
+                    help=f"also the {', '.join(HUGE)} model (about 21,000 nodes; minutes per row)")
+    ap.add_argument("--rows", default="",
+                    help="bisect-tui rows to run, comma-separated among w1,wN,np1,npN (default: all four)")
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--linear-max-nodes", type=int, default=150)
     ap.add_argument("--linear-timeout", type=float, default=300.0)
@@ -266,7 +277,12 @@ def main() -> int:
         (tmp / "prep.py").write_text(peer.PREP)
         (tmp / "check.py").write_text(
             f"CFG = {peer.GELU_CFG!r}\nATOL = 1e-4\nRTOL = 1e-4\nMIN_COS = 0.99999\n" + CHECK)
-        for name in [m.strip() for m in args.models.split(",") if m.strip()]:
+        # the two-culprit stacks break at the default engine: the check builds it with no entry
+        (tmp / "check_default.py").write_text("CFG = {}\nATOL = 1e-4\nRTOL = 1e-4\nMIN_COS = 0.99999\n" + CHECK)
+        names = [m.strip() for m in args.models.split(",") if m.strip()] + (list(HUGE) if args.huge else [])
+        wanted = {"w1": "bt_w1_k1", "wN": f"bt_w{n}_k{n}", "np1": f"np_w1_k{n}", "npN": f"np_w{n}_k{n}"}
+        keep = {wanted[k.strip()] for k in args.rows.split(",") if k.strip()} or set(wanted.values())
+        for name in names:
             model = tmp / f"{name}.onnx"
             info = build(name, model)
             inputs = tmp / f"{name}_x.npz"
@@ -281,8 +297,10 @@ def main() -> int:
             for _ in range(max(1, args.repeat)):
                 for tag, w, k, pr in (("bt_w1_k1", 1, 1, True), (f"bt_w{n}_k{n}", n, n, True),
                                       (f"np_w1_k{n}", 1, n, False), (f"np_w{n}_k{n}", n, n, False)):
+                    if tag not in keep:
+                        continue
                     print(tag, end=" ", flush=True)
-                    runs.setdefault(tag, []).append(run_bt(model, inputs, tmp, w, k, tag, pr))
+                    runs.setdefault(tag, []).append(run_bt(model, inputs, tmp, w, k, tag, pr, ort_config(name)))
             for tag, xs in runs.items():
                 xs.sort(key=lambda x: x["wall"])
                 r[tag] = xs[len(xs) // 2]  # the median run (all its figures)
@@ -295,10 +313,11 @@ def main() -> int:
                 rows.append((name, info, r))
                 continue
             print("reduce-bisect", end=" ", flush=True)
-            r["pg_bisect"] = run_pg(model, inputs, tmp, "bisect", info["nodes"], None)
+            check = "check.py" if ort_config(name) else "check_default.py"
+            r["pg_bisect"] = run_pg(model, inputs, tmp, "bisect", info["nodes"], None, check)
             if info["nodes"] <= args.linear_max_nodes:
                 print("reduce-linear", end=" ", flush=True)
-                r["pg_linear"] = run_pg(model, inputs, tmp, "linear", info["nodes"], args.linear_timeout)
+                r["pg_linear"] = run_pg(model, inputs, tmp, "linear", info["nodes"], args.linear_timeout, check)
             print(flush=True)
             r["cores_free"] = (free, cores_free())
             rows.append((name, info, r))
@@ -328,7 +347,18 @@ def main() -> int:
                 bound = f"{b} ({x['search_builds']})"
             print(f"| {name} | {info['nodes']} | {label} | {x['wall']:.2f} | {x['whole']} | {x['sub']} | "
                   f"{x['peak'] / 2**20:.0f} | {'yes' if ok else 'NO'} ({how}) | {x.get('answer')} | {bound} |")
-        b1, bd, bk, bn, pg = r["bt_w1_k1"], r[f"bt_w{n}_k{n}"], r[f"np_w1_k{n}"], r[f"np_w{n}_k{n}"], r.get("pg_bisect")
+        pg = r.get("pg_bisect")
+        b1 = r.get("bt_w1_k1")
+        if b1 is not None:
+            summary.append(
+                f"{name}: bisect-tui 1 worker {b1['wall']:.2f} s"
+                + (f", debug reduce bisect {pg['wall']:.2f} s: {pg['wall'] / b1['wall']:.1f}x" if pg else "")
+                + f"; whole-graph builds {b1['whole']} (search's own {b1['search_builds']}, bound "
+                f"{math.ceil(math.log2(max(b1['fused'], 2))) + 3} per culprit); passes {b1['passes']}; "
+                f"exposed_by {b1['exposed_by']}; workaround {b1['workaround']}; peak {b1['peak'] / 2**20:.0f} MiB")
+        if not all(t in r for t in ("bt_w1_k1", f"bt_w{n}_k{n}", f"np_w1_k{n}", f"np_w{n}_k{n}")):
+            continue
+        b1, bd, bk, bn = r["bt_w1_k1"], r[f"bt_w{n}_k{n}"], r[f"np_w1_k{n}"], r[f"np_w{n}_k{n}"]
         same = bk["steps"] == bn["steps"] and bk["culprits"] == bn["culprits"] and bk["whole"] == bn["whole"]
         peer_text = (f"debug reduce bisect / bisect-tui: {pg['wall'] / b1['wall']:.1f}x (1 worker), "
                      f"{pg['wall'] / bd['wall']:.1f}x ({n} workers, fanout {n}); ") if pg else ""

@@ -14,6 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable, Optional
 
+from bisect_tui.core.bisect.attribute_subgraph import attribute_on_subgraph, confirmed_names, subgraph_tests
 from bisect_tui.core.bisect.attribution import attribute, first_guesses
 from bisect_tui.core.bisect.isolate import isolate
 from bisect_tui.core.bisect.units import Unit
@@ -37,9 +38,24 @@ def pass_guesses(triage, engine, group: list[Unit], cfg,
         return memo[key]
     sub = subgraph()
     got = first_guesses(engine, cfg, group, sub, triage.cancel)
+    if sub is not None and got[1] is None:
+        # tagged candidates: only those that remove the culprit on its subgraph are worth
+        # a whole-graph build (attribute_subgraph.py); all of them where it cannot tell
+        tests = pass_tests(triage, engine, group, cfg, lambda: sub)
+        names = confirmed_names(tests)
+        got = (names, None) if names else got
     if sub is not None:
         memo[key] = got
     return got
+
+
+def pass_tests(triage, engine, group: list[Unit], cfg, subgraph: Callable[[], Optional[Path]]) -> Optional[dict]:
+    """attribute_subgraph.subgraph_tests for `group` under `cfg`, made once per triage."""
+    memo = vars(triage).setdefault("pass_tests", {})
+    key = Findings._key(group, cfg)
+    if key not in memo:
+        memo[key] = subgraph_tests(engine, subgraph(), cfg, group, triage.cancel)
+    return memo[key]
 
 
 class Findings:
@@ -75,10 +91,16 @@ class Findings:
             saved = self.bis.config
             self.bis.config = level_cfg
             try:
-                self._attr[key] = attribute(self.bis, group, sub, grouped=self._grouped.get(key))
+                tests = pass_tests(self.t, self.bis.engine, group, level_cfg, lambda: sub)
+                self._attr[key] = (attribute_on_subgraph(self.bis, group, tests)
+                                   or attribute(self.bis, group, sub, grouped=self._grouped.get(key)))
             finally:
                 self.bis.config = saved
         return self._attr[key]
+
+    def made(self, group: list[Unit], level_cfg) -> Optional[dict]:
+        """The attribution of `group` if it has been made, else None (nothing built)."""
+        return self._attr.get(self._key(group, level_cfg))
 
     def speculative_configs(self, group: list[Unit], cfg, ci: int) -> list:
         """The full-engine configs the attribution of `group` will build first (each

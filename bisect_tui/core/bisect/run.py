@@ -100,8 +100,15 @@ def run_bisection(triage, max_builds: int = 200, config=None, max_culprits: int 
     bis = Bisector(triage, config, max_builds, max_culprits, fanout=fanout, pool=pool)
     bis.findings = Findings(triage, bis, 1)
 
+    probes: dict[tuple, dict] = {}
+
     def probe(optimized: str, units: list[Unit]) -> dict:
-        return run_probe(triage, optimized, units)
+        """The probe of one fused graph, run once: each round asks twice (its suspect,
+        then its seeds), and a run of it reads every tensor of the graph."""
+        key = (optimized, tuple((u.index, u.fused_node) for u in units))
+        if key not in probes:
+            probes[key] = run_probe(triage, optimized, units)
+        return probes[key]
 
     try:
         # without the probe the search runs on builds alone (no suspects tried first)
@@ -147,6 +154,9 @@ def _run(triage, bis, probe, max_builds: int, max_culprits: int) -> dict:
             sub = Bisector(triage, cfg, max(max_builds - used, 1), max_culprits, fanout=bis.fanout, pool=bis.pool)
             sub.seed_from_check = None
             sub.findings = Findings(triage, sub, len(culprits) + 1)
+            sub.follow(bis)  # round 2 starts from round 1's verdicts, maps and blocked build
+            sub.workaround_base = bis.config
+            sub.exposed = frozenset(n for g in all_groups for u in g for n in u.original_nodes)
             sub.adopt_full_engine(step)
             s2 = sub.run(probe)
             extra_steps += [st.replace(kind=f"round {layer}: {st.kind}") for st in sub.steps]

@@ -57,7 +57,9 @@ class Bisector(Search):
             fanout=max(1, int(fanout)), early=lambda cfg, marks: early.take(triage, cfg, marks),
             context=triage.build_context(callbacks=False))
         self.judge = OutputJudge.for_triage(triage)
-        search_key = stable_key("bisect/v1", triage.baseline.manifest["key"], config.to_dict(),
+        # the config is not in it: each step's key has its own, so a build two fixpoint
+        # rounds both ask for (one round's attribution, the next round's full engine) is one
+        search_key = stable_key("bisect/v2", triage.baseline.manifest["key"],
                                 triage.opts.tolerance.to_dict(), triage.opts.topk)
         super().__init__(store, scheduler, BuildJudge(self.judge), caps=caps, check=triage.fused,
                          max_culprits=max_culprits, fanout=fanout, local_factor=local_factor, config=config,

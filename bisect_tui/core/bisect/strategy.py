@@ -63,6 +63,13 @@ class Search(Trials):
         # isolation and attribution per culprit (findings.py), set by run.py: lets the
         # attribution's confirming build stand for "remaining fusions"
         self.findings = None
+        # a later fixpoint round: the user's config, whose workaround tests each pass alone
+        self.workaround_base: Optional[EngineConfig] = None
+        # ... and the original nodes of the culprits earlier rounds found: the fused node
+        # that now covers them (another pass fusing them just as wrongly) is tried first
+        self.exposed: frozenset[str] = frozenset()
+        self._late_seeds: Optional[Callable[[], list[Unit]]] = None
+        self._exposed_hit: Optional[Unit] = None
 
     # --- hooks: checks on the model's own tensors (search.Bisector) -------------------
     def check_on_subgraph(self, u: Unit) -> Optional[dict]:
@@ -178,6 +185,9 @@ class Search(Trials):
             return None
         if not optimized:
             return None
+        hit = self._exposed_suspect(units)
+        if hit is not None:
+            return hit
         batch = suspects_to_try(self.caps, units, probe_fn(optimized, units))
         batch = batch[: max(1, min(self.fanout, MAX_SEED_TRIES))]
         if not batch:
@@ -185,6 +195,22 @@ class Search(Trials):
         self._prefetch_attribution(batch[0])
         steps = self.suspects_alone(batch, [])
         return next((u for u, st in zip(batch, steps) if not st.passed), None)
+
+    def _exposed_suspect(self, units: list[Unit]) -> Optional[Unit]:
+        """In a later fixpoint round, a fused node over an earlier culprit's nodes that
+        alone breaks the tolerance (on its subgraph, else a build): the culprit the
+        disabled pass exposed, found without the probe of this round's whole graph
+        (run later only if the round has more culprits to find)."""
+        coarse = set(getattr(self.caps, "coarse_domains", ()) or ())
+        batch = [u for u in units if u.blockable and u.domain not in coarse
+                 and self.exposed.intersection(u.original_nodes)][:MAX_SEED_TRIES]
+        if not batch:
+            return None
+        self._prefetch_attribution(batch[0])
+        steps = self.suspects_alone(batch, [])
+        hit = next((u for u, st in zip(batch, steps) if not st.passed), None)
+        self._exposed_hit = hit
+        return hit
 
     def _prefetch_attribution(self, u: Unit) -> None:
         """The suspect's pass, found now on its subgraph (its tags, else group
@@ -210,6 +236,19 @@ class Search(Trials):
             return self.findings.rest_proof(culprits, units, saved)
         finally:
             self.config = inner
+
+    def _prefetch_workaround(self, culprits: list[list[Unit]], level: str) -> None:
+        """In a later fixpoint round, the user's engine with each pass this round found
+        disabled alone: the workaround tries each pass alone first and, once this round's
+        passes are known, its build is certain (attribution.find_workaround), so it is
+        made on the second core while "remaining fusions" builds; not recorded unless asked."""
+        if self.workaround_base is None or self.findings is None or not self.can_prefetch():
+            return
+        cfg = self.config.with_level(level)
+        for g in culprits:
+            for name in (self.findings.made(g, cfg) or {}).get("confirmed", []):
+                c = self.workaround_base.with_disabled([name])
+                self.prefetch(Candidate("workaround", None, c))
 
     # --- the whole search ----------------------------------------------------------------
     def run(self, probe_fn: Optional[Callable] = None) -> dict:
@@ -253,7 +292,12 @@ class Search(Trials):
         searchable = [u for u in units if u.blockable]
         self._expect(searchable)
         seeds: list[Unit] = []
-        if probe_fn and optimized:
+        if probe_fn and optimized and confirmed is not None and confirmed is self._exposed_hit:
+            # the suspect came from the earlier round's culprit: the probe only when
+            # the round has another culprit to find
+            seeds = [confirmed]
+            self._late_seeds = lambda: probe_seeds(units, result.setdefault("probe", probe_fn(optimized, units)))
+        elif probe_fn and optimized:
             probe = probe_fn(optimized, units)
             result["probe"] = probe
             seeds = probe_seeds(units, probe)
@@ -291,7 +335,8 @@ class Search(Trials):
                 rest = [u for u in at_user if u.blockable and u != confirmed]
                 if rest:
                     first.append(Candidate("remaining fusions", rest, held=[confirmed]))
-        return confirmed, self.evaluate_many(first)[0]
+        self.blocked = self.evaluate_many(first)[0]
+        return confirmed, self.blocked
 
     def _unblocked(self, result: dict, blocked: Step, units: list[Unit]) -> Optional[list[str]]:
         """The fusions marking left in place in the blocked build, unless the same
@@ -325,6 +370,8 @@ class Search(Trials):
                         result["rest_proven_by"] = {"step": proof.n, "kind": proof.kind, "ratio": proof.ratio,
                                                     "fused_nodes": proof.fused_in_build, "why": verdicts.REST_PROVEN}
                         break
+                    if held:
+                        self._prefetch_workaround(culprits, level)
                     check = self.evaluate("remaining fusions" if held else "all fusions at level",
                                           remaining, held=held)
                     if check.passed:
@@ -334,6 +381,8 @@ class Search(Trials):
                 if len(culprits) >= self.max_culprits:
                     stopped = "max_culprits"
                     break
+                if culprits and self._late_seeds is not None:
+                    seeds, self._late_seeds = self._late_seeds(), None  # another culprit to find
                 found = self.find_one(remaining, held, seeds)
                 if not found:
                     break

@@ -80,6 +80,7 @@ class Trials:
         self._maps: dict[str, tuple] = {}  # step key -> (fused nodes, optimized graph) read this run
         self._units: dict[str, tuple] = {}  # step key -> (that map, its units)
         self._no_subgraph: set[str] = set()  # suspects whose subgraph cannot stand for the whole graph
+        self.blocked: Optional[Step] = None  # this search's "all fusions blocked" (a later round adopts it)
 
     @property
     def steps(self) -> list[Step]:
@@ -326,6 +327,32 @@ class Trials:
         self.store.save(rec, **{"from": "check.json"})
         if check_map and check_map[0] == check["optimized_model"] and check_map[1] == self.config:
             self._maps[key] = (check_map[2], check_map[0])  # the check's map, in memory: not read back
+
+    def follow(self, earlier: "Trials") -> None:
+        """This search is the next fixpoint round of `earlier`: one store of verdicts and
+        one set of maps for both, so a build either round made is not made again (the
+        steps of each stay its own)."""
+        self.store.records = earlier.store.records
+        self.scheduler = earlier.scheduler  # a build prefetched in this round for the next (the workaround's)
+        self._maps = earlier._maps
+        self._units = earlier._units
+        self._no_subgraph = earlier._no_subgraph
+        if earlier.blocked is not None and earlier.blocked.passed:
+            self.adopt_blocked(earlier.blocked)
+
+    def blocked_plan(self) -> Plan:
+        return self.plan(Candidate("all fusions blocked", None, marks=list(self._all_tensors)))
+
+    def adopt_blocked(self, step: Step) -> None:
+        """The earlier round's "all fusions blocked", passed, stands for this round's: its
+        engine only has more passes disabled, and with every tensor marked the passes
+        left could only rewrite where the earlier engine's already could, which marking
+        blocked (the reason this round exists is a pass that fuses the same nodes once
+        the first is off: blocked in both). The step is shown as reused, not counted."""
+        key = self.blocked_plan().key
+        if self.store.recorded(key) or not step.passed:
+            return
+        self.store.remember(key, {**step.to_json(), "key": key, "kind": "all fusions blocked"})
 
     def adopt_full_engine(self, step: Step) -> None:
         """Another search already built and judged this search's full engine
