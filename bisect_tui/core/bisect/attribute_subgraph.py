@@ -22,7 +22,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Optional
 
-from bisect_tui.core.bisect.attribution import candidate_optimizers
+from bisect_tui.core.bisect.attribution import candidate_passes
 from bisect_tui.core.bisect.subgraph_check import same_fusion
 from bisect_tui.core.bisect.units import Unit
 from bisect_tui.core.errors import EnvironmentFault
@@ -65,7 +65,7 @@ def subgraph_tests(engine, subgraph: Optional[Path], cfg, units: list[Unit], can
     if subgraph is None or len(units) != 1 or (caps is not None and not caps.pass_switches):
         return None
     unit = units[0]
-    names = candidate_optimizers(units, engine.known_passes())
+    names = candidate_passes(engine, units, engine.known_passes())
     if len(names) < 2 or not unit.original_nodes:
         return None  # one candidate: its whole-graph build is the proof either way
     plain = _subgraph_map(engine, subgraph, cfg)
