@@ -43,6 +43,9 @@ class EngineOption:
     # "tensor": each value names a tensor of the model, checked once the model is
     # read (a name that matches nothing stops the run with "did you mean")
     names: str = ""
+    # values the engine adds by itself (a fallback every such list ends with):
+    # a command line written back for the user leaves them out
+    implied: tuple[str, ...] = ()
 
     @property
     def widget_id(self) -> str:

@@ -20,11 +20,22 @@ def _g(x: float) -> str:
     return f"{x:g}"
 
 
+def _as_list(value) -> list:
+    """A list option's value: stored as a JSON list in the config's options, or a tuple."""
+    import json
+
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            return [value]
+        return list(value) if isinstance(value, list) else [value]
+    return list(value or ())
+
+
 def engine_argv(options: Sequence, c) -> list[str]:
     """The engine's flags for `c`, from its declared `options` (values that differ from
     the defaults), with the common --precision after the first of them."""
-    import json
-
     out: list[str] = []
     opts = list(options)
     precision = ["--precision", c.precision] if c.precision != "fp32" else []
@@ -36,14 +47,10 @@ def engine_argv(options: Sequence, c) -> list[str]:
             for k, v in value or ():
                 out += [opt.flag, f"{k}={v}"]
         elif opt.kind == "list":
-            if isinstance(value, str):
-                try:
-                    value = json.loads(value)
-                except ValueError:
-                    value = [value]
-            implied = opt.config_value(type(c)())  # what a config holds when nothing is given
-            implied = () if isinstance(implied, str) else tuple(implied or ())
-            for n in value or ():
+            value = _as_list(value)
+            # what a config holds when nothing is given, and what the engine adds itself
+            implied = _as_list(opt.config_value(type(c)())) + list(opt.implied)
+            for n in value:
                 if n in implied:
                     continue  # the engine's own fallback (every such list ends with it)
                 out += [opt.flag, str(n)]

@@ -109,8 +109,8 @@ def config_from_args(args: argparse.Namespace) -> tuple[str, EngineConfig]:
     fields, options = option_fields(decl, values)
     fields.update(precision=args.precision, keep_fp32=tuple(sorted(set(getattr(args, "keep_fp32", []) or []))))
     config = EngineConfig(**fields, options=tuple(sorted(options.items())))
+    decl.load().validate(config)
     if config.keep_fp32 and config.precision == "fp32":
         raise UserError("--keep-fp32 keeps nodes in FP32 while the engine runs a lower precision; at "
                         "--precision fp32 it would change nothing: add --precision fp16 (or bf16), or drop it")
-    decl.load().validate(config)
     return engine, config

@@ -30,7 +30,7 @@ OPTIONS = (
     EngineOption("provider", "list", (), "execution provider before the CPU fallback: "
                  + ", ".join(PROVIDER_NAMES) + " (when the installed onnxruntime has it)",
                  "--ort-provider", "options.providers", metavar="NAME", label="providers", in_form=False,
-                 ordered=True, normalized=True),
+                 ordered=True, normalized=True, implied=("CPUExecutionProvider",)),
 )
 CPU_PROVIDER = "CPUExecutionProvider"
 
