@@ -135,6 +135,8 @@ def load_model_info(path: Union[str, Path]) -> ModelInfo:
     ops: dict[str, int] = {}
     for n in index.nodes:
         ops[n.op_type] = ops.get(n.op_type, 0) + 1
+    from bisect_tui.core.legacy_models import refuse_unloadable_old_opset
+    refuse_unloadable_old_opset(model, p)  # opset < 7 without kernels: the conversion command, not ORT's error
     return ModelInfo(
         path=p,
         sha256=file_sha256(p),
