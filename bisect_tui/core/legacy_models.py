@@ -23,7 +23,7 @@ from typing import Collection, Optional
 
 import onnx
 
-# the oldest opset whose operators ONNX Runtime implements throughout
+# the opset the conversion aims at: the oldest whose operators ONNX Runtime implements throughout
 RUNTIME_MIN_OPSET = 7
 
 _NO_KERNEL = re.compile(r"Could not find an implementation for (\S+?)\((\d+)\)")
@@ -84,9 +84,8 @@ def old_opset_refusal(model: onnx.ModelProto, error: str, path: Path) -> Optiona
     m = _NO_KERNEL.search(error)
     if m is None or not 0 < opset < RUNTIME_MIN_OPSET:
         return None
-    return (f"{Path(path).name} imports opset {opset}, older than ONNX Runtime implements "
-            f"(it has {m.group(1)} from opset {RUNTIME_MIN_OPSET} on, the model's is {m.group(1)}-{m.group(2)}): "
-            f"convert it with `{upgrade_command(path)}`, then run bisect-tui on "
+    return (f"{Path(path).name} imports opset {opset}: ONNX Runtime has no kernel for its "
+            f"{m.group(1)}-{m.group(2)}: convert it to opset {RUNTIME_MIN_OPSET} with `{upgrade_command(path)}`, then run bisect-tui on "
             f"{shlex.quote(upgraded_name(path))}")
 
 
