@@ -232,7 +232,7 @@ def main() -> int:
         print(json.dumps(child(args.child, Path(args.model), Path(args.workdir), args.budget)))
         return 0
 
-    from bisect_tui.core.runner import parse_memory
+    from bisect_tui.core.memory import parse_memory
 
     budgets = [parse_memory(b) for b in args.budgets.split(",") if b.strip()]
     tmp = Path(tempfile.mkdtemp(prefix="bench_baseline_mem_", dir="/tmp"))

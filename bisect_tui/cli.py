@@ -233,7 +233,7 @@ def options_from_args(args: argparse.Namespace):
     from bisect_tui.core.checks import parse_ranges
     from bisect_tui.core.inputs import parse_input_values, parse_shapes, parse_value_ranges
     from bisect_tui.core.pipeline import TriageOptions
-    from bisect_tui.core.runner import parse_memory
+    from bisect_tui.core.memory import parse_memory
     from bisect_tui.core.tolerance import parse_tolerance
     from bisect_tui.engines.flags import config_from_args
 

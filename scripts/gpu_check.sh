@@ -41,7 +41,7 @@ echo "gpu_check: writing everything to $out"
 import sys
 from pathlib import Path
 
-from bisect_tui.engines.base import EngineConfig
+from bisect_tui.api import EngineConfig
 from bisect_tui.engines.tensorrt.engine import TensorRTEngine
 
 built = TensorRTEngine().build(Path(sys.argv[1]), EngineConfig(precision="fp16"))

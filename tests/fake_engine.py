@@ -19,8 +19,8 @@ import numpy as np
 import onnx
 
 from bisect_tui.core.graph import GraphIndex, mark_outputs
-from bisect_tui.core.runner import make_session
-from bisect_tui.engines.base import Capabilities, EngineConfig, FusedNode, ReproSpec
+from bisect_tui.engines.ort.unfused import make_session
+from bisect_tui.api import Capabilities, EngineConfig, FusedNode, ReproSpec
 
 
 class FakeBuilt:
@@ -116,10 +116,10 @@ class FakeEngine:
         path.write_text(json.dumps({"outputs": spec.outputs}))
         return [path]
 
-    def known_optimizers(self) -> set[str]:
+    def known_passes(self) -> set[str]:
         return set()
 
-    def unknown_optimizers(self, names) -> list[str]:
+    def unknown_passes(self, names) -> list[str]:
         return list(names)
 
     def versions(self) -> dict[str, str]:

@@ -16,7 +16,7 @@ from bisect_tui.core.pipeline import Triage, TriageOptions
 from bisect_tui.core.reference import Float64Reference
 from bisect_tui.core.report import arbiter_markdown, check_markdown, check_text
 from bisect_tui.core.tolerance import parse_tolerance
-from bisect_tui.engines.base import EngineConfig
+from bisect_tui.api import EngineConfig
 
 GELU = (("optimization.enable_gelu_approximation", "1"),)
 

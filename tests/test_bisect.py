@@ -19,7 +19,7 @@ from bisect_tui.core.cancel import CancelToken
 from bisect_tui.core.errors import Cancelled
 from bisect_tui.core.pipeline import Triage, TriageOptions
 from bisect_tui.core.tolerance import parse_tolerance
-from bisect_tui.engines.base import EngineConfig
+from bisect_tui.api import EngineConfig
 
 from testlib import REPO, culprit_matches, init, make_model, old_ort_skip, vi
 

@@ -88,7 +88,7 @@ def test_engine_built_beside_the_dump_gives_the_same_check(samples, tmp_path, mo
     import threading
 
     from bisect_tui.core.pipeline import Triage, TriageOptions
-    from bisect_tui.engines.base import EngineConfig
+    from bisect_tui.api import EngineConfig
     from bisect_tui.engines.ort.engine import OrtEngine
 
     where = []

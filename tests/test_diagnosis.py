@@ -205,7 +205,7 @@ def test_local_judgement_batched_equals_one_at_a_time(tmp_path):
     from bisect_tui.core.bisect import local_judgement as lj
     from bisect_tui.core.bisect.search import Bisector
     from bisect_tui.core.pipeline import Triage, TriageOptions
-    from bisect_tui.engines.base import EngineConfig
+    from bisect_tui.api import EngineConfig
 
     cfg = EngineConfig(level="extended", config_entries=(("optimization.enable_gelu_approximation", "1"),))
     t = Triage(TriageOptions(model=SAMPLES / "transformer_block.onnx", session_dir=tmp_path / "s", config=cfg))
@@ -251,7 +251,7 @@ def test_engine_run_failure_is_captured_with_the_engines_message(tmp_path):
     from onnx import TensorProto, helper
 
     from bisect_tui.core.errors import EngineRunError
-    from bisect_tui.engines.base import EngineConfig
+    from bisect_tui.api import EngineConfig
     from bisect_tui.engines.ort import OrtEngine
 
     m = helper.make_model(helper.make_graph(

@@ -7,7 +7,7 @@ import threading
 
 from bisect_tui.core.bisect.run import run_bisection
 from bisect_tui.core.pipeline import Triage, TriageOptions
-from bisect_tui.engines.base import EngineConfig
+from bisect_tui.api import EngineConfig
 from bisect_tui.engines.ort.engine import OrtEngine
 
 GELU = EngineConfig(config_entries=(("optimization.enable_gelu_approximation", "1"),))
@@ -84,7 +84,7 @@ def test_the_suspects_attribution_build_starts_after_the_check_and_is_taken(samp
     real = OrtEngine.build
 
     def build(self, model_path, config, marked=(), workdir=None):
-        if config.disabled_optimizers and not marked and workdir is not None:
+        if config.disabled_passes and not marked and workdir is not None:
             seen.append(threading.current_thread().name)
         return real(self, model_path, config, marked, workdir)
 

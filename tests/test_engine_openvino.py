@@ -295,7 +295,7 @@ def test_report_command_line_carries_the_engine_options(samples):
     assert argv[4:] == ["--precision", "bf16", "--ov-mark", "norm/reduce:0", "--preset", "fp32"]
     ort_opts = TriageOptions(model=samples / "cnn.onnx", config=EngineConfig(
         level="basic", config_entries=(("optimization.enable_gelu_approximation", "1"),),
-        disabled_optimizers=("GeluApproximation",), providers=("CUDAExecutionProvider", "CPUExecutionProvider")))
+        disabled_passes=("GeluApproximation",), providers=("CUDAExecutionProvider", "CPUExecutionProvider")))
     assert command_argv(ort_opts, "bisect")[2:] == [
         "--level", "basic", "--ort-config", "optimization.enable_gelu_approximation=1",
         "--disable", "GeluApproximation", "--ort-provider", "CUDAExecutionProvider"]

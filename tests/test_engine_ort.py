@@ -16,9 +16,9 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from bisect_tui.core.errors import UserError
-from bisect_tui.engines import get_engine
+from bisect_tui.engines.registry import get_engine
 from bisect_tui.engines import ort as ort_engine
-from bisect_tui.engines.base import EngineConfig, FusedNode
+from bisect_tui.api import EngineConfig, FusedNode
 from bisect_tui.engines.ort import (
     OrtEngine,
     confirm_optimizer_effect,
@@ -144,7 +144,7 @@ def test_map_of_fused_block_names_exact_pattern_nodes(block, tmp_path, level):
     assert mm.is_fused == (len(mm.original_nodes) > 1)
     # tags are read from names like "ln_mul/LayerNormFusion/" where the release writes them
     if "/LayerNormFusion" in ln.name:
-        assert ln.optimizers == ["LayerNormFusion"]
+        assert ln.passes == ["LayerNormFusion"]
     built.close()
 
 
@@ -153,7 +153,7 @@ def test_map_at_disable_is_identity(block, tmp_path):
     assert [f.name for f in nodes] == ALL_NODES
     for f in nodes:
         assert f.original_nodes == [f.name]
-        assert f.optimizers == [] and not f.is_fused
+        assert f.passes == [] and not f.is_fused
 
 
 def test_map_at_basic_leaves_gelu_alone(block, tmp_path):
@@ -244,7 +244,7 @@ def test_known_and_unknown_optimizers():
     assert any(n.startswith("LayerNormFusion") for n in known)
     assert unknown_optimizers(["NoSuchFusion"]) == ["NoSuchFusion"]
     assert unknown_optimizers(["GeluApproximation", "NoSuchFusion"]) == ["NoSuchFusion"]
-    assert OrtEngine().known_optimizers() == set(known)
+    assert OrtEngine().known_passes() == set(known)
     v = OrtEngine().versions()
     assert {"onnxruntime", "onnx", "numpy", "providers"} <= set(v)
     assert "CPUExecutionProvider" in v["providers"]
@@ -254,7 +254,7 @@ def test_disabling_layernorm_fusion_by_learnt_name(block, tmp_path, feeds):
     names = sorted(n for n in known_optimizers() if n.startswith("LayerNormFusion"))
     fused = build(block, tmp_path, level="all")
     assert by_op(fused.fused_nodes, {"LayerNormalization"})
-    off = build(block, tmp_path, level="all", disabled_optimizers=tuple(names))
+    off = build(block, tmp_path, level="all", disabled_passes=tuple(names))
     assert not by_op(off.fused_nodes, {"LayerNormalization"})
     # the other fusions are untouched, and the decomposed LN nodes are still all covered
     assert by_op(off.fused_nodes, GELU_OPS)
@@ -470,7 +470,7 @@ def test_sessions_are_made_without_spinning_pool_threads_unless_asked(block, tmp
     """ORT's pool threads spin after each parallel op by default, taking a core from
     the builds and the Python beside them: every session this tool makes turns it
     off, and a user's own --ort-config value for it is kept."""
-    from bisect_tui.core.runner import make_session
+    from bisect_tui.engines.ort.unfused import make_session
 
     key = "session.intra_op.allow_spinning"
     opts = lambda s: s.get_session_options()  # noqa: E731

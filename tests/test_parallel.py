@@ -13,7 +13,7 @@ import pytest
 from bisect_tui.cli import main
 from bisect_tui.core.bisect.run import run_bisection
 from bisect_tui.core.bisect.search import split_points
-from bisect_tui.engines.base import EngineConfig
+from bisect_tui.api import EngineConfig
 
 from testlib import culprit_matches, gelu_triage, search_shape
 
@@ -100,7 +100,7 @@ def test_pool_starts_lazily_only_for_slow_builds(samples, monkeypatch):
     import numpy as np
 
     from bisect_tui.core.bisect import pool as poolmod
-    from bisect_tui.engines import get_engine
+    from bisect_tui.engines.registry import get_engine
 
     model = samples / "deep_stack.onnx"
     feeds = [{"x": np.random.default_rng(0).standard_normal((1, 8, 32)).astype(np.float32)}]
@@ -131,7 +131,7 @@ def _started_pool(samples, workers=2):
     import numpy as np
 
     from bisect_tui.core.bisect import pool as poolmod
-    from bisect_tui.engines import get_engine
+    from bisect_tui.engines.registry import get_engine
 
     feeds = [{"x": np.random.default_rng(0).standard_normal((1, 8, 32)).astype(np.float32)}]
     p = poolmod.BuildPool(workers, "ort")

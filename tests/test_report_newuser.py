@@ -9,7 +9,7 @@ import zipfile
 
 from bisect_tui.cli import build_parser, main, options_from_args
 from bisect_tui.core.report import check_markdown, distinct, sensitivity_text
-from bisect_tui.core.runner import memory_budget_warning
+from bisect_tui.core.memory import memory_budget_warning
 
 GELU = ["--ort-config", "optimization.enable_gelu_approximation=1"]
 

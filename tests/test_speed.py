@@ -35,7 +35,7 @@ def test_hand_written_to_dict_covers_every_field():
     import dataclasses
 
     from bisect_tui.core.bisect.units import Unit
-    from bisect_tui.engines.base import FusedNode
+    from bisect_tui.api import FusedNode
 
     f = FusedNode("n", "FastGelu", "com.microsoft", ["a"], ["b"], ["x", "y"], ["GeluFusion"])
     assert f.to_dict() == {**dataclasses.asdict(f), "is_fused": True}
@@ -51,7 +51,7 @@ def test_marked_build_returns_only_the_judged_outputs(samples):
 
     from bisect_tui.core.graph import GraphIndex
     from bisect_tui.core.bisect.pool import BuildJob, build_and_run
-    from bisect_tui.engines.base import EngineConfig
+    from bisect_tui.api import EngineConfig
     from bisect_tui.engines.ort.engine import OrtEngine
 
     path = samples / "transformer_block.onnx"

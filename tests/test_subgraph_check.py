@@ -17,7 +17,7 @@ from bisect_tui.core.bisect.search import Bisector, Candidate
 from bisect_tui.core.bisect.isolate import value_types
 from bisect_tui.core.bisect.subgraph_check import downstream_model, suspect_on_subgraph
 from bisect_tui.core.pipeline import Triage, TriageOptions
-from bisect_tui.engines.base import EngineConfig
+from bisect_tui.api import EngineConfig
 
 from testlib import culprit_matches, gelu_triage, init, make_model, vi
 
@@ -213,7 +213,7 @@ def test_attribution_build_starts_before_the_suspect_is_judged_and_changes_nothi
     real_build, real_check = OrtEngine.build, sc.suspect_on_subgraph
 
     def build(self, model_path, config, marked=(), workdir=None):
-        if config.disabled_optimizers and not marked and workdir is not None:  # a full-engine rebuild
+        if config.disabled_passes and not marked and workdir is not None:  # a full-engine rebuild
             seen.setdefault("attribution", (threading.current_thread().name, time.perf_counter()))
         return real_build(self, model_path, config, marked, workdir)
 

@@ -19,7 +19,7 @@ import numpy as np
 import onnx
 import pytest
 
-from bisect_tui.engines.base import EngineConfig
+from bisect_tui.api import EngineConfig
 
 
 def _why_not() -> str:
@@ -48,7 +48,7 @@ def _feeds(model_path: Path, shapes: dict, scale: float = 1.0) -> dict:
 def _ort_fp32(model_path: Path, feeds: dict, outputs=None) -> dict:
     """The baseline: onnxruntime CPU, every optimization off, FP32."""
     from bisect_tui.core.graph import mark_outputs
-    from bisect_tui.core.runner import make_session
+    from bisect_tui.engines.ort.unfused import make_session
 
     model = onnx.load(str(model_path))
     if outputs:

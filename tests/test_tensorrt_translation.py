@@ -19,7 +19,7 @@ from onnx import TensorProto, helper
 
 from bisect_tui.core.errors import ExitCode, UserError
 from bisect_tui.core.graph import GraphIndex
-from bisect_tui.engines.base import EngineConfig
+from bisect_tui.api import EngineConfig
 from bisect_tui.engines.tensorrt.cache import EngineCache, cache_key
 from bisect_tui.engines.tensorrt.features import features_from_names
 from bisect_tui.engines.tensorrt.inspector import (
@@ -250,7 +250,7 @@ def test_without_tensorrt_the_engine_says_how_to_get_it(tmp_path):
         eng.build(src, EngineConfig(precision="fp16"))
     assert e.value.code == ExitCode.ENVIRONMENT and "TensorRT is not installed" in str(e.value)
     assert eng.versions()["tensorrt"] == "not installed"
-    assert eng.unknown_optimizers(["ConvBNFusion"]) == ["ConvBNFusion"]
+    assert eng.unknown_passes(["ConvBNFusion"]) == ["ConvBNFusion"]
 
 
 # ------------------------------------------------------------------ options
@@ -390,7 +390,7 @@ def test_engine_refuses_what_tensorrt_cannot_do_and_says_how_to_apply_fixes():
 
     eng = TensorRTEngine()
     with pytest.raises(UserError, match="no per-pass switch"):
-        eng.validate(EngineConfig(disabled_optimizers=("ConvBNFusion",)))
+        eng.validate(EngineConfig(disabled_passes=("ConvBNFusion",)))
     with pytest.raises(UserError, match="one optimization level"):
         eng.validate(EngineConfig(level="basic"))
     eng.validate(EngineConfig(precision="fp16"))
@@ -404,7 +404,7 @@ def test_engine_refuses_what_tensorrt_cannot_do_and_says_how_to_apply_fixes():
     assert eng.workaround_text({"kind": None}) == "no TensorRT setting was proven to fix it"
     assert eng.default_precision() == "fp32"
     assert "ModifyNetworkOutputs" in eng.workaround_text({"kind": "mark_outputs", "marked_tensors": ["t"]})
-    assert eng.name == "tensorrt" and eng.known_optimizers() == set()
+    assert eng.name == "tensorrt" and eng.known_passes() == set()
 
 
 def test_repro_script_is_constant_and_reads_names_from_json(tmp_path):

@@ -59,7 +59,7 @@ def culprit_matches(found: list[str], expected: list[str]) -> bool:
 def gelu_triage(model, root):
     """A checked triage of `model` with ORT's Gelu approximation on (the samples' failure)."""
     from bisect_tui.core.pipeline import Triage, TriageOptions
-    from bisect_tui.engines.base import EngineConfig
+    from bisect_tui.api import EngineConfig
 
     t = Triage(TriageOptions(model=model, session_dir=root, config=EngineConfig(
         config_entries=(("optimization.enable_gelu_approximation", "1"),))), lambda p: None)

@@ -494,7 +494,7 @@ def run_baseline(
     sizes, types = model_sizes(info, shapes)
     act_budget = activation_budget(max_memory, info.initializer_bytes, sizes)
     groups = plan_groups(todo, sizes, act_budget)
-    from bisect_tui.core.runner import memory_budget_warning
+    from bisect_tui.core.memory import memory_budget_warning
 
     floor = process_floor()
     largest = max((v for v in sizes.values() if v), default=0)

@@ -21,7 +21,7 @@ from bisect_tui.core.cancel import CancelToken, Progress, ProgressFn, no_progres
 from bisect_tui.core.errors import UserError
 from bisect_tui.core.inputs import InputSet
 from bisect_tui.core.model import ModelInfo
-from bisect_tui.core.runner import model_sizes, plan_groups
+from bisect_tui.core.groups import model_sizes, plan_groups
 from bisect_tui.core.session import Session, now_iso
 from bisect_tui.core.stats import BF16_MAX, FP16_MAX
 
@@ -430,7 +430,7 @@ def perturbed_runs(model, inputs: InputSet, session=None,
     the model and inputs only, so it may run beside the baseline dump, or in the
     dump's own last session (`session`, which marks more tensors: the same kernels
     at ORT_DISABLE_ALL) for the graph `outputs`; None when that session lacks one."""
-    from bisect_tui.core.runner import make_session
+    from bisect_tui.engines.ort.unfused import make_session
 
     if not any(a.dtype.kind == "f" for a in inputs.arrays.values()):
         return None

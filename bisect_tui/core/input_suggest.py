@@ -196,7 +196,7 @@ def probe_suggestion(info: ModelInfo, sug: Suggestion, shapes: dict[str, list[in
         sug.probe = "skipped: the model is large"
         return sug
     from bisect_tui.core.inputs import generate_inputs, resolve_shapes
-    from bisect_tui.core.runner import make_session
+    from bisect_tui.engines.ort.unfused import make_session
 
     try:
         sess = make_session(info.model)

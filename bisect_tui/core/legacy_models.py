@@ -96,7 +96,7 @@ def refuse_unloadable_old_opset(model: onnx.ModelProto, path: Path) -> None:
     if not 0 < default_opset(model) < RUNTIME_MIN_OPSET:
         return
     from bisect_tui.core.errors import UserError
-    from bisect_tui.core.runner import make_session
+    from bisect_tui.engines.ort.unfused import make_session
 
     try:
         make_session(model)

@@ -38,7 +38,7 @@ from bisect_tui.core.threads import cores
 from bisect_tui.core.runner import default_max_memory, set_engine_log
 from bisect_tui.core.session import Session, default_session_dir, now_iso, stable_key
 from bisect_tui.core.tolerance import ToleranceSpec, parse_tolerance
-from bisect_tui.engines.base import EngineConfig
+from bisect_tui.api import EngineConfig
 
 
 @dataclass
@@ -186,7 +186,7 @@ class Triage:
     @property
     def engine(self):
         if self._engine is None:
-            from bisect_tui.engines import get_engine
+            from bisect_tui.engines.registry import get_engine
 
             self._engine = get_engine(self.opts.engine)
         if getattr(self._engine, "progress", False) is None:
@@ -338,7 +338,7 @@ class Triage:
             return None
         from bisect_tui.core.baseline import baseline_key
         from bisect_tui.core.checks import SecondRun, determinism_plan
-        from bisect_tui.core.runner import model_sizes
+        from bisect_tui.core.groups import model_sizes
 
         assert self.info and self.session and self.inputs
         cached = self.session.read_json("determinism.json")
@@ -401,7 +401,7 @@ class Triage:
         if cores() < 2 or not any(a.dtype.kind == "f" for a in self.inputs.arrays.values()):
             return
         from bisect_tui.core.baseline import baseline_key
-        from bisect_tui.core.runner import model_sizes
+        from bisect_tui.core.groups import model_sizes
 
         assert self.info and self.session and self.inputs
         sizes, _ = model_sizes(self.info, self.shapes)

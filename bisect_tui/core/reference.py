@@ -130,7 +130,7 @@ class Float64Reference:
                 self.fallback_reason = f"onnx reference evaluator: {_first_line(exc)}"
         try:
             from bisect_tui.core.graph import mark_outputs
-            from bisect_tui.core.runner import make_session
+            from bisect_tui.engines.ort.unfused import make_session
 
             if self._ort is None:
                 extra = [t for t in names if t not in {o.name for o in self.model64.graph.output}]

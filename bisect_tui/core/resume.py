@@ -46,7 +46,7 @@ def options_from_session(root: Path):
 
 def _options_problem(opts) -> str | None:
     """What `check` would have refused on its command line, found in a hand-edited session.json."""
-    from bisect_tui.engines.base import LEVELS
+    from bisect_tui.api import LEVELS
 
     c = opts.config
     if c.level not in LEVELS:
@@ -55,7 +55,7 @@ def _options_problem(opts) -> str | None:
         return f"precision {c.precision!r} is not fp32 or fp16"
     if not all(isinstance(k, str) and isinstance(v, str) for k, v in c.config_entries):
         return "config entries must be strings"
-    if not all(isinstance(n, str) for n in c.disabled_optimizers):
+    if not all(isinstance(n, str) for n in c.disabled_passes):
         return "disabled optimizers must be names"
     if not 1 <= opts.samples <= 10_000:
         return f"samples {opts.samples} is out of range"
@@ -65,7 +65,7 @@ def _options_problem(opts) -> str | None:
         return f"topk {opts.topk!r} must be an integer >= 1"
     if not isinstance(opts.engine, str):
         return f"engine {opts.engine!r} is not a name"
-    from bisect_tui.engines import get_engine
+    from bisect_tui.engines.registry import get_engine
 
     try:
         get_engine(opts.engine)

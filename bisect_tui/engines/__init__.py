@@ -4,7 +4,7 @@ Each engine module imports its heavy library lazily, inside functions."""
 
 from __future__ import annotations
 
-from bisect_tui.engines.base import (
+from bisect_tui.api import (
     BuiltEngine,
     Capabilities,
     Engine,

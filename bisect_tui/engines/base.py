@@ -140,7 +140,7 @@ class EngineConfig:
     precision: str = "fp32"
     # session config entries, e.g. ("optimization.enable_gelu_approximation", "1")
     config_entries: tuple[tuple[str, str], ...] = ()
-    disabled_optimizers: tuple[str, ...] = ()
+    disabled_passes: tuple[str, ...] = ()
     providers: tuple[str, ...] = ("CPUExecutionProvider",)
     # original node names kept in FP32 when precision is reduced (the keep-set);
     # the ORT engine passes them to the FP16 converter's node block list
@@ -149,8 +149,8 @@ class EngineConfig:
     options: tuple[tuple[str, str], ...] = ()
 
     def with_disabled(self, names: Collection[str]) -> "EngineConfig":
-        merged = tuple(sorted(set(self.disabled_optimizers) | set(names)))
-        return dataclasses.replace(self, disabled_optimizers=merged)
+        merged = tuple(sorted(set(self.disabled_passes) | set(names)))
+        return dataclasses.replace(self, disabled_passes=merged)
 
     def with_level(self, level: str) -> "EngineConfig":
         return dataclasses.replace(self, level=level)
@@ -188,7 +188,7 @@ class EngineConfig:
             level=d.get("level", "all"),
             precision=d.get("precision", "fp32"),
             config_entries=tuple(tuple(x) for x in ce),
-            disabled_optimizers=tuple(d.get("disabled_optimizers") or ()),
+            disabled_passes=tuple(d.get("disabled_optimizers") or ()),
             providers=tuple(d.get("providers") or ("CPUExecutionProvider",)),
             keep_fp32=tuple(d.get("keep_fp32") or ()),
             options=tuple(sorted((str(k), str(v)) for k, v in (d.get("options") or {}).items())),
@@ -347,11 +347,11 @@ class Engine(Protocol):
     #   default_precision() -> Optional[str]: what the engine picks when no precision is asked
     #   add_keepset_repro(bundle, triage, result, version): the keep-set repro (engines with a keep-set)
 
-    def known_optimizers(self) -> set[str]:
+    def known_passes(self) -> set[str]:
         """Optimizer names the installed engine knows (learnt, not hard-coded)."""
         ...
 
-    def unknown_optimizers(self, names: Collection[str]) -> list[str]:
+    def unknown_passes(self, names: Collection[str]) -> list[str]:
         """The names in `names` the installed engine does not know."""
         ...
 

@@ -12,7 +12,7 @@ import json
 from typing import Any, Sequence
 
 from bisect_tui.core.errors import UserError
-from bisect_tui.engines.base import PRECISIONS, EngineConfig, EngineOption
+from bisect_tui.api import PRECISIONS, EngineConfig, EngineOption
 from bisect_tui.engines.registry import canonical, declaration, engine_names
 
 

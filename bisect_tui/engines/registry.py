@@ -30,7 +30,7 @@ def declaration(name: str) -> ModuleType:
     key = canonical(name)
     target = ENGINES.get(key)
     if target is None:
-        from bisect_tui.engines.base import did_you_mean
+        from bisect_tui.api import did_you_mean
 
         raise UserError(f"unknown engine {name!r}; available: {', '.join(ENGINES)}"
                         + did_you_mean(name, list(ENGINES) + list(ALIASES)))

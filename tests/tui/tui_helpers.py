@@ -11,7 +11,7 @@ from rich.cells import get_character_cell_size
 
 from bisect_tui.core.pipeline import TriageOptions
 from bisect_tui.core.tolerance import parse_tolerance
-from bisect_tui.engines.base import EngineConfig
+from bisect_tui.api import EngineConfig
 
 GELU = (("optimization.enable_gelu_approximation", "1"),)
 EXPECTED_NODES = ["mlp/gelu/div", "mlp/gelu/erf", "mlp/gelu/add_one", "mlp/gelu/mul_x", "mlp/gelu/mul_half"]

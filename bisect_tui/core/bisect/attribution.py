@@ -141,11 +141,11 @@ def first_guesses(engine, config, units: list[Unit], subgraph=None, cancel=None)
     subgraph (returned too, for attribute's `grouped`)."""
     if _no_switches(engine):
         return [], None
-    known = engine.known_optimizers()
+    known = engine.known_passes()
     cands = candidate_optimizers(units, known)
     if cands or subgraph is None:
         return cands, None
-    names = sorted(set(known) - set(config.disabled_optimizers))
+    names = sorted(set(known) - set(config.disabled_passes))
     grouped = group_test(engine, subgraph, config, units, names, cancel)
     return ([grouped["found"]] if grouped["found"] else []), grouped
 
@@ -162,12 +162,12 @@ def attribute(bisector, units: list[Unit], subgraph=None, grouped: Optional[dict
         return {"tags": sorted({t for u in units for t in u.optimizers}), "candidates": [], "confirmed": [],
                 "group_test": None,
                 "how": f"not attributed to a pass: {getattr(engine, 'label', engine.name)} has no pass switches"}
-    known = engine.known_optimizers()
+    known = engine.known_passes()
     cands = candidate_optimizers(units, known)
     confirmed, rows = _confirm(bisector, units, cands, known)
     if not confirmed and subgraph is not None:
         if grouped is None:
-            names = sorted(set(known) - set(bisector.config.disabled_optimizers))
+            names = sorted(set(known) - set(bisector.config.disabled_passes))
             grouped = group_test(engine, subgraph, bisector.config, units, names, bisector.t.cancel)
         if grouped["found"]:
             more, more_rows = _confirm(bisector, units, [grouped["found"]], known)

@@ -148,7 +148,7 @@ def write_bundle(dest: Path, culprits: list[dict], config: dict, tolerance: dict
     engine's repro script: the first in `repro/`, further ones in `repro_2/`..."""
     import tempfile
 
-    from bisect_tui.engines.base import ReproSpec
+    from bisect_tui.api import ReproSpec
 
     buf = io.BytesIO()
     tol = {k: v for k, v in tolerance.items() if k in

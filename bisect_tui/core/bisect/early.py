@@ -23,7 +23,7 @@ from __future__ import annotations
 import hashlib
 from typing import Optional
 
-from bisect_tui.engines.base import EngineConfig
+from bisect_tui.api import EngineConfig
 
 
 def _key(config: EngineConfig, marks) -> tuple:

@@ -114,7 +114,7 @@ class Findings:
             if not confirmed:
                 return None
             names += confirmed
-        disabled = sorted(set(names) | set(cfg.disabled_optimizers))
+        disabled = sorted(set(names) | set(cfg.disabled_passes))
         fused, _, step = self.bis.fused_map(cfg.with_disabled(disabled))
         if fused is None or not step.passed or step.error_kind:
             return None

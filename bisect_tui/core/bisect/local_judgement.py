@@ -23,7 +23,7 @@ from bisect_tui.core.bisect.isolate import extract_subgraph, float64_truth
 from bisect_tui.core.bisect.units import Unit
 from bisect_tui.core.cancel import Progress
 from bisect_tui.core.errors import EngineBuildError
-from bisect_tui.core.runner import make_session
+from bisect_tui.engines.ort.unfused import make_session
 
 # a fused unit is wrong when its error vs float64 exceeds the unfused FP32
 # error by this factor (reordering FP32 arithmetic stays within ~1-3x)

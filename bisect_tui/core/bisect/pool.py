@@ -45,7 +45,7 @@ from typing import Optional, Sequence
 import numpy as np
 
 from bisect_tui.core.errors import EngineBuildError, EnvironmentFault, UserError
-from bisect_tui.engines.base import EngineConfig
+from bisect_tui.api import EngineConfig
 
 
 def default_workers() -> int:
@@ -187,7 +187,7 @@ def _worker_main(conn, engine_name: str, device: Optional[str] = None) -> None:
         os.environ["CUDA_VISIBLE_DEVICES"] = device
         name += "@" + os.environ["CUDA_VISIBLE_DEVICES"]  # as this process sees it
     try:
-        from bisect_tui.engines import get_engine
+        from bisect_tui.engines.registry import get_engine
 
         engine = get_engine(engine_name)
         warm_up(engine)

@@ -47,7 +47,7 @@ class BuildActor:
         import socket
         import tempfile
 
-        from bisect_tui.engines import get_engine
+        from bisect_tui.engines.registry import get_engine
 
         self.engine = get_engine(engine_name)
         warm_up(self.engine)

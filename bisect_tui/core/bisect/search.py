@@ -36,7 +36,7 @@ from bisect_tui.core.bisect.units import Unit, build_units, marks_for, region_te
 from bisect_tui.core.cancel import Progress
 from bisect_tui.core.errors import UserError
 from bisect_tui.core.session import now_iso, stable_key
-from bisect_tui.engines.base import LEVELS, EngineConfig, FusedNode
+from bisect_tui.api import LEVELS, EngineConfig, FusedNode
 
 MAX_SEED_TRIES = 3
 
@@ -344,7 +344,7 @@ class Bisector:
             self.builds += 1
             step = Step(
                 n=len(self.steps) + 1, kind=kind, region=region, enabled=ids,
-                config={"level": config.level, "disabled_optimizers": list(config.disabled_optimizers)},
+                config={"level": config.level, "disabled_optimizers": list(config.disabled_passes)},
                 marks=len(marks), passed=j.passed, ratio=_finite(j.ratio), max_abs=_finite(j.max_abs),
                 summary=j.summary, builds=self.builds, cached=False,
                 seconds=res.seconds, fused_in_build=fused_count, key=key,
@@ -434,7 +434,7 @@ class Bisector:
         return fused, step.optimized, step
 
     def _map_kind(self, config: EngineConfig) -> str:
-        extra = sorted(set(config.disabled_optimizers) - set(self.config.disabled_optimizers))
+        extra = sorted(set(config.disabled_passes) - set(self.config.disabled_passes))
         return f"disable {', '.join(extra)}" if extra else f"engine {config.level}"
 
     def prefetch_maps(self, configs: list[EngineConfig]) -> None:
@@ -513,7 +513,7 @@ class Bisector:
         worst = max(outs, key=lambda o: o["verdict"]["ratio"])
         self._cache[key] = Step(
             n=0, kind="full engine", region="whole graph", enabled=[],
-            config={"level": self.config.level, "disabled_optimizers": list(self.config.disabled_optimizers)},
+            config={"level": self.config.level, "disabled_optimizers": list(self.config.disabled_passes)},
             marks=0, passed=fused["passed"], ratio=_finite(worst["verdict"]["ratio"]),
             max_abs=_finite(worst["metrics"]["max_abs"]),
             summary="PASS" if fused["passed"] else worst["summary"], builds=0, cached=True,
@@ -529,7 +529,7 @@ class Bisector:
         """Another search already built and judged this search's full engine
         (the fixpoint's check with the found passes disabled): reuse it."""
         key = stable_key(self.search_key, self.config.to_dict(), hashlib.sha1(b"").hexdigest())
-        if key in self._cache or step.config.get("disabled_optimizers") != list(self.config.disabled_optimizers):
+        if key in self._cache or step.config.get("disabled_optimizers") != list(self.config.disabled_passes):
             return
         self._cache[key] = {**step.to_dict(), "key": key, "kind": "full engine"}
 
@@ -784,7 +784,7 @@ class Bisector:
         self.subgraph_builds += 1
         step = Step(
             n=len(self.steps) + 1, kind=kind, region=region, enabled=[u.index],
-            config={"level": self.config.level, "disabled_optimizers": list(self.config.disabled_optimizers)},
+            config={"level": self.config.level, "disabled_optimizers": list(self.config.disabled_passes)},
             marks=0, passed=j.passed, ratio=_finite(j.ratio), max_abs=_finite(j.max_abs), summary=j.summary,
             builds=self.builds, cached=False, seconds=res["seconds"], key=key, worker="main", subgraph=True,
         )

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Iterable
 
 from bisect_tui.core.graph import GraphIndex
-from bisect_tui.engines.base import FusedNode
+from bisect_tui.api import FusedNode
 
 
 @dataclass
@@ -77,7 +77,7 @@ def build_units(fused: Iterable[FusedNode], index: GraphIndex) -> list[Unit]:
                 fused_node=fn.name,
                 op_type=fn.op_type,
                 original_nodes=covered,
-                optimizers=list(fn.optimizers),
+                optimizers=list(fn.passes),
                 outputs=outs,
                 interior=interior,
                 domain=fn.domain,

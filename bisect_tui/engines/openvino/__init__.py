@@ -3,7 +3,7 @@ readable without importing openvino; the engine is in `engine.py`."""
 
 from __future__ import annotations
 
-from bisect_tui.engines.base import Capabilities, EngineOption
+from bisect_tui.api import Capabilities, EngineOption
 
 OV_PRECISIONS = ("fp32", "bf16", "fp16")
 _HINTS = {"fp32": "f32", "bf16": "bf16", "fp16": "f16"}

@@ -38,7 +38,7 @@ import numpy as np
 
 from bisect_tui.core.bisect.repro_judge import with_judge
 from bisect_tui.core.errors import EngineBuildError, EngineRunError, UserError
-from bisect_tui.engines.base import EngineConfig, FusedNode, ReproSpec, did_you_mean
+from bisect_tui.api import EngineConfig, FusedNode, ReproSpec, did_you_mean
 
 from bisect_tui.engines.openvino import CAPABILITIES, OPTIONS, OV_PRECISIONS, _HINTS  # noqa: E402
 
@@ -374,7 +374,7 @@ class OpenVinoEngine:
                             "leave --level at its default")
         if config.precision not in OV_PRECISIONS:
             raise UserError(f"precision {config.precision!r}: OpenVINO runs {', '.join(OV_PRECISIONS)}")
-        for what, value in (("--disable", config.disabled_optimizers), ("--keep-fp32", config.keep_fp32)):
+        for what, value in (("--disable", config.disabled_passes), ("--keep-fp32", config.keep_fp32)):
             if value:
                 raise UserError(f"{what}: OpenVINO release builds have no per-pass or per-node switch; "
                                 "use --ov-mark or --precision instead")
@@ -544,10 +544,10 @@ class OpenVinoEngine:
         atomic.write_text(dest / "repro.py", OV_REPRO_SCRIPT)
         return [dest / "repro.py", dest / "repro.json"]
 
-    def known_optimizers(self) -> set[str]:
+    def known_passes(self) -> set[str]:
         return set()  # no per-pass switch in release builds
 
-    def unknown_optimizers(self, names: Iterable[str]) -> list[str]:
+    def unknown_passes(self, names: Iterable[str]) -> list[str]:
         return list(names)
 
     def versions(self) -> dict[str, str]:

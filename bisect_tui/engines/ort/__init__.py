@@ -7,7 +7,7 @@ Every name the old single module exported (`OrtEngine`, `fused_node_map`,
 
 from __future__ import annotations
 
-from bisect_tui.engines.base import LEVELS, Capabilities, EngineOption
+from bisect_tui.api import LEVELS, Capabilities, EngineOption
 
 ORT_PRECISIONS = ("fp32", "fp16")
 # short names a user types for the execution providers ORT builds can carry
@@ -32,7 +32,7 @@ OPTIONS = (
                  label="config entries", form_id="entries",
                  placeholder="e.g. optimization.enable_gelu_approximation=1"),
     EngineOption("disable", "list", (), "disable an optimizer by name (checked against the installed ORT)",
-                 "--disable", "disabled_optimizers", metavar="OPTIMIZER", label="disable optim.",
+                 "--disable", "disabled_passes", metavar="OPTIMIZER", label="disable optim.",
                  form_id="disabled", placeholder="e.g. GeluApproximation"),
     EngineOption("provider", "list", (), "execution provider before the CPU fallback: "
                  + ", ".join(PROVIDER_NAMES) + " (when the installed onnxruntime has it)",

@@ -35,7 +35,7 @@ import onnx
 
 from bisect_tui.core.errors import EngineBuildError, EngineRunError, EnvironmentFault, UserError
 from bisect_tui.core.graph import mark_outputs
-from bisect_tui.engines.base import (
+from bisect_tui.api import (
     LEVELS,
     EngineConfig,
     FusedNode,
@@ -241,7 +241,7 @@ class OrtObserver:
 
     def observe(self, feeds: dict[str, np.ndarray], tensors) -> dict[str, np.ndarray]:
         from bisect_tui.core.legacy_models import drop_unfed_inputs
-        from bisect_tui.core.runner import make_session
+        from bisect_tui.engines.ort.unfused import make_session
 
         group = tuple(tensors)
         if group != self._group:
@@ -342,7 +342,7 @@ class OrtEngine:
         it once, with its tensor names and types, for the marked builds."""
         import onnxruntime
 
-        from bisect_tui.core.runner import quiet_ort
+        from bisect_tui.engines.ort.unfused import quiet_ort
 
         quiet_ort()
         onnxruntime.get_available_providers()
@@ -355,7 +355,7 @@ class OrtEngine:
         misspelt optimizer or config key and silently fall back to CPU for a
         missing provider."""
         _validate(config)
-        bad = unknown_optimizers(config.disabled_optimizers)
+        bad = unknown_optimizers(config.disabled_passes)
         if bad:
             import onnxruntime
 
@@ -394,7 +394,7 @@ class OrtEngine:
             ("engine", f"ONNX Runtime, {_LEVEL_NAMES.get(config.level, config.level)}, "
                        f"{config.precision.upper()}, {', '.join(config.providers)}"),
             ("session config", ", ".join(f"{k}={v}" for k, v in config.config_entries) or "(none)"),
-            ("disabled optimizers", ", ".join(config.disabled_optimizers) or "(none)"),
+            ("disabled optimizers", ", ".join(config.disabled_passes) or "(none)"),
         ] + ([("kept in FP32", ", ".join(config.keep_fp32))] if config.keep_fp32 else [])
 
     def workaround_text(self, workaround) -> str:
@@ -507,13 +507,13 @@ class OrtEngine:
         tmp_opt = workdir / f".optimized_{key}.{uuid.uuid4().hex[:8]}.onnx"
         so.optimized_model_filepath = str(tmp_opt)
         so.enable_cpu_mem_arena = False  # dumps of many tensors must stay memory bounded
-        from bisect_tui.core.runner import NO_SPIN
+        from bisect_tui.engines.ort.unfused import NO_SPIN
 
         if NO_SPIN[0] not in {str(k) for k, _ in config.config_entries}:  # the user's own value wins
             so.add_session_config_entry(*NO_SPIN)  # spinning pool threads took CPU from the other builds
         # FATAL only: ORT's warnings ("NCHWc model is hardware specific") and coloured ERROR
         # lines would garble the TUI and print before our one-line error (which says it all)
-        from bisect_tui.core.runner import ORT_QUIET, quiet_ort
+        from bisect_tui.engines.ort.unfused import ORT_QUIET, quiet_ort
 
         quiet_ort()
         so.log_severity_level = ORT_QUIET
@@ -531,7 +531,7 @@ class OrtEngine:
                 model_arg,
                 so,
                 providers=list(config.providers),
-                disabled_optimizers=list(config.disabled_optimizers),
+                disabled_optimizers=list(config.disabled_passes),
             )
         except _ort_errors() as e:
             if tmp_opt.exists():
@@ -543,7 +543,7 @@ class OrtEngine:
             so.optimized_model_filepath = ""
             try:
                 ort.InferenceSession(model_arg, so, providers=list(config.providers),
-                                     disabled_optimizers=list(config.disabled_optimizers))
+                                     disabled_optimizers=list(config.disabled_passes))
             except _ort_errors():
                 raise _build_error(e) from None
             raise EnvironmentFault(
@@ -555,10 +555,10 @@ class OrtEngine:
             saved = optimized
         return OrtBuilt(session, config, model_path, saved, unmarkable, tmpdir)
 
-    def known_optimizers(self) -> set[str]:
+    def known_passes(self) -> set[str]:
         return set(known_optimizers())
 
-    def unknown_optimizers(self, names: Iterable[str]) -> list[str]:
+    def unknown_passes(self, names: Iterable[str]) -> list[str]:
         return unknown_optimizers(names)
 
     def versions(self) -> dict[str, str]:

@@ -9,7 +9,7 @@ import onnx
 
 from bisect_tui.core.graph import GraphIndex, toposort_with_inputs
 from bisect_tui.core.onnx_files import ensure_named as _ensure_named
-from bisect_tui.engines.base import FusedNode
+from bisect_tui.api import FusedNode
 from bisect_tui.engines.ort.passes import _TOKEN_SUFFIX_RE, optimizer_tags
 
 # Prefixes ORT puts in front of a tensor name when it makes a copy of the same
@@ -249,7 +249,7 @@ def fused_node_map(
                 inputs=list(n.input),
                 outputs=list(n.output),
                 original_nodes=sorted(originals.get(k, ()), key=oidx.order.__getitem__),
-                optimizers=tags,
+                passes=tags,
             )
         )
     return result

@@ -18,7 +18,7 @@ from typing import Collection, Iterable, Optional
 import numpy as np
 import onnx
 
-from bisect_tui.engines.base import EngineConfig
+from bisect_tui.api import EngineConfig
 
 # Words ORT's optimizer names end with. Both the native-library scan and the
 # node-name tag parser use them, so a name is "optimizer-like" in one place only.
@@ -278,7 +278,7 @@ def modifying_passes(model_path: Path, config: EngineConfig) -> Optional[list[st
                 os.dup2(fd, 2)
                 try:
                     ort.InferenceSession(str(base), so, providers=list(config.providers),
-                                         disabled_optimizers=list(config.disabled_optimizers))
+                                         disabled_optimizers=list(config.disabled_passes))
                 except _ort_errors():
                     pass  # the log up to the failure still says what ran
             finally:
@@ -333,7 +333,7 @@ def confirm_optimizer_effect(
     result: dict[str, bool] = {}
     try:
         for name in dict.fromkeys(optimizer_names):
-            rest = tuple(sorted(set(config.disabled_optimizers) - {name}))
+            rest = tuple(sorted(set(config.disabled_passes) - {name}))
             base = EngineConfig(config.level, config.precision, config.config_entries, rest, config.providers)
             result[name] = signature(base) != signature(base.with_disabled([name]))
     finally:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from bisect_tui.engines.tensorrt.options import TRT_PRECISIONS, TrtOptions
 
-from bisect_tui.engines.base import Capabilities, EngineOption
+from bisect_tui.api import Capabilities, EngineOption
 
 OBSERVATION = ("debug tensors where the installed TensorRT has mark_unfused_tensors_as_debug_tensors "
                "(fusion kept, fused-away tensors absent); otherwise none")

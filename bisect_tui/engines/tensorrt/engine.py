@@ -32,7 +32,7 @@ from typing import Collection, Optional, Sequence
 import numpy as np
 
 from bisect_tui.core.errors import EngineBuildError, EngineRunError, ExitCode, UserError
-from bisect_tui.engines.base import EngineConfig, FusedNode
+from bisect_tui.api import EngineConfig, FusedNode
 from bisect_tui.engines.tensorrt.cache import EngineCache, cache_key
 from bisect_tui.engines.tensorrt.features import TrtFeatures, detect
 from bisect_tui.engines.tensorrt.declare import CAPABILITIES, OPTIONS, profile_ranges, trt_options
@@ -378,10 +378,10 @@ class TensorRTEngine:
         except UserError as e:
             return capabilities_for(None, str(e))
 
-    def known_optimizers(self) -> set[str]:
+    def known_passes(self) -> set[str]:
         return set()  # TensorRT exposes no per-pass switch
 
-    def unknown_optimizers(self, names: Collection[str]) -> list[str]:
+    def unknown_passes(self, names: Collection[str]) -> list[str]:
         return list(names)
 
     def versions(self) -> dict[str, str]:
@@ -398,8 +398,8 @@ class TensorRTEngine:
         """What can be refused before a build, TensorRT installed or not."""
         validate(trt_options(config))
         profile_ranges(config)
-        if config.disabled_optimizers:
-            raise UserError(f"--disable {config.disabled_optimizers[0]}: TensorRT has no per-pass switch; "
+        if config.disabled_passes:
+            raise UserError(f"--disable {config.disabled_passes[0]}: TensorRT has no per-pass switch; "
                             "the search marks tensors and pins layers to FP32 instead")
         if config.level not in ("all",):
             raise UserError("TensorRT has one optimization level here (all); use --trt-opt-level for the builder's")

@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Optional, Union
 
 from bisect_tui.core.graph import GraphIndex
-from bisect_tui.engines.base import FusedNode
+from bisect_tui.api import FusedNode
 
 _MYELIN_SUFFIX = re.compile(r"_myl[0-9]+_[0-9]+$")
 _FOREIGN = re.compile(r"^\{ForeignNode\[(.*)\]\}$", re.S)
@@ -294,7 +294,7 @@ def fused_nodes_from_inspector(layers: Iterable[InspectorLayer], index: GraphInd
                 inputs=[t.name for t in la.inputs],
                 outputs=[t.name for t in la.outputs],
                 original_nodes=nodes,
-                optimizers=[],
+                passes=[],
             )
         )
     return out

@@ -243,10 +243,10 @@ class SettingsScreen(ModalScreen[Optional[TriageOptions]]):
 
     @work(thread=True, exclusive=True, group="known-optimizers", exit_on_error=False)
     def _load_known(self) -> None:
-        from bisect_tui.engines import get_engine
+        from bisect_tui.engines.registry import get_engine
 
         try:
-            known = get_engine(self.options.engine).known_optimizers()
+            known = get_engine(self.options.engine).known_passes()
         except Exception:
             known = None
         self.app.call_from_thread(self._set_known, known)
@@ -291,13 +291,13 @@ class SettingsScreen(ModalScreen[Optional[TriageOptions]]):
         values = self._engine_values()
         precision = str(self.query_one("#precision", Select).value)
         disabled = tuple(values.get("disable") or ()) if any(
-            o.field == "disabled_optimizers" for o in decl.OPTIONS) else ()
+            o.field == "disabled_passes" for o in decl.OPTIONS) else ()
         if disabled:
             known = self._known
             if known is None:
-                from bisect_tui.engines import get_engine
+                from bisect_tui.engines.registry import get_engine
 
-                known = get_engine(self.options.engine).known_optimizers()
+                known = get_engine(self.options.engine).known_passes()
                 self._known = known
             unknown = [n for n in disabled if n not in known]
             if unknown:
@@ -319,7 +319,7 @@ class SettingsScreen(ModalScreen[Optional[TriageOptions]]):
         # replace, not rebuild: settings the form does not show (keep-fp32 nodes, providers) stay
         config = dataclasses.replace(self.options.config, precision=precision,
                                      options=tuple(sorted({**kept, **engine_options}.items())), **fields)
-        from bisect_tui.engines import get_engine
+        from bisect_tui.engines.registry import get_engine
 
         get_engine(self.options.engine).validate(config)  # what the installed engine would ignore
         shapes = parse_shapes(split_items(self.query_one("#shapes", Input).value))

@@ -361,7 +361,7 @@ class SettingsView(StepView):
             f"level:       {c.level}",
             f"precision:   {c.precision}",
             f"config:      {entries}",
-            f"disabled:    {', '.join(c.disabled_optimizers) or '(none)'}",
+            f"disabled:    {', '.join(c.disabled_passes) or '(none)'}",
             f"tolerance:   {o.tolerance.default.describe()}",
         ]
         for pat, tol in o.tolerance.overrides:
