@@ -100,6 +100,12 @@ class UnfusedReference(Protocol):
         """The first line of a library error, without the library's own prefixes."""
         ...
 
+    def check_loadable(self, model: "onnx.ModelProto", path: Path) -> None:
+        """Raise `UserError` (one line) for a model this reference cannot load at
+        all and the user can fix (an opset its runtime has no kernels for), before
+        any work. Nothing to say: return."""
+        ...
+
     def warm_up(self) -> None:
         """Import the library now (a process waiting for work does it ahead)."""
         ...

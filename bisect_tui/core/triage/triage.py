@@ -146,6 +146,8 @@ class Triage(Overlap, FusedStep, TorchFrontEnd, Verdicts):
             self._prepare_torch()
         self.progress(Progress("inputs", "loading model"))
         info = load_model_info(self.opts.model)
+        # an opset the reference has no kernels for: the conversion command, not the library's error
+        self.reference.check_loadable(info.model, info.path)
         self.info = info
         if self.opts.input_file:
             root = self.opts.session_dir

@@ -208,11 +208,13 @@ class OrtObserver:
         return list(dict.fromkeys(o for n in self.model.graph.node for o in n.output if o))
 
     def observe(self, feeds: dict[str, np.ndarray], tensors) -> dict[str, np.ndarray]:
+        from bisect_tui.core.legacy_models import drop_unfed_inputs
         from bisect_tui.engines.ort.unfused import make_session
 
         group = tuple(tensors)
         if group != self._group:
             self._session = None
+            drop_unfed_inputs(self.model, feeds)  # an IR-3 graph's folded initializers (core/legacy_models.py)
             # untyped marks: ORT types them from their nodes (no shape inference of the fused graph)
             self._session = make_session(mark_outputs(self.model, list(group), types={}, keep_original=False))
             self._group = group

@@ -9,7 +9,10 @@ this module stays as cheap as the engine's declarations.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import re
+import shlex
+from pathlib import Path
+from typing import TYPE_CHECKING, Optional
 
 from bisect_tui.core.engine_log import log_engine_error
 from bisect_tui.core.errors import UserError
@@ -113,6 +116,21 @@ class OrtUnfused:
         text = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         text = re.sub(r"^\[ONNXRuntimeError\]\s*:\s*\d+\s*:\s*\w+\s*:\s*", "", text)
         return text.split(" Status Message:")[0]
+
+    def check_loadable(self, model, path: Path) -> None:
+        """An opset-1..6 model ORT cannot load stops with the conversion command
+        (opset-6 models whose operators all have kernels run as they are: most do)."""
+        from bisect_tui.core.legacy_models import RUNTIME_MIN_OPSET, default_opset
+
+        if not 0 < default_opset(model) < RUNTIME_MIN_OPSET:
+            return
+        try:
+            make_session(model)
+        except UserError as exc:
+            refusal = old_opset_refusal(model, str(exc), path)
+            if refusal is None:
+                raise
+            raise UserError(refusal) from None
 
     def warm_up(self) -> None:
         import onnxruntime  # noqa: F401  (the import is the point: its library loaded now)
