@@ -145,6 +145,9 @@ class _Recorded:
     def error_text(self, exc):
         return self.inner.error_text(exc)
 
+    def check_loadable(self, model, path):
+        self.inner.check_loadable(model, path)
+
     def warm_up(self):
         self.inner.warm_up()
 
