@@ -279,7 +279,7 @@ def test_cache_key_covers_model_options_and_switch():
     base = dict(model_digest="a" * 64, options={"precision": "fp16"}, marked=["t1", "t2"], keep_fp32=["n"],
                 versions={"tensorrt": "10.9.0", "polygraphy": "0.53.6"})
     k = cache_key(**base)
-    assert len(k) == 24 and int(k, 16) >= 0
+    assert len(k) == 24 and set(k) <= set("0123456789abcdef")
     assert cache_key(**{**base, "marked": ["t2", "t1", "t1"]}) == k  # order and repeats do not matter
     variants = [
         {"model_digest": "b" * 64}, {"options": {"precision": "fp32"}}, {"marked": ["t1"]},

@@ -30,7 +30,9 @@ async def test_cancel_held_at_a_chosen_step_then_resume(workdir):
         app.simulate_key("b")
         await wait_for(pilot, engine.reached.is_set, what="the search inside its held build")
         app.simulate_key("x")
-        await pilot.pause(0.2)
+        # the held build is let go only once the cancel reached the search's token
+        await wait_for(pilot, lambda: app.triage is not None and app.triage.cancel.cancelled,
+                       what="the cancel reaching the running search")
         engine.release.set()
         await wait_idle(pilot)
         assert app.state.bisect.status == "cancelled"  # always: the search was held mid-build

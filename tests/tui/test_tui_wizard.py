@@ -149,7 +149,6 @@ async def test_settings_form_breaks_and_validates(workdir):
         await pilot.press("tab", "tab")  # level -> precision -> config entries
         await pilot.press(*"optimization.enable_gelu_approximation=1")
         await pilot.press("tab", *"GeluApprox", "enter")
-        await pilot.pause(0.2)
         await wait_for_text(pilot, "does not know this optimizer")
         assert isinstance(app.screen, SettingsScreen)  # the form stays, with a one-line reason
         assert "did you mean GeluApproximation" in screen_text(app)

@@ -135,3 +135,20 @@ class OrtUnfused:
     def warm_up(self) -> None:
         import onnxruntime  # noqa: F401  (the import is the point: its library loaded now)
 
+
+
+_NO_KERNEL = re.compile(r"Could not find an implementation for (\S+?)\((\d+)\)")
+
+
+def old_opset_refusal(model, error: str, path: Path) -> Optional[str]:
+    """The one line for a model ORT cannot load because its opset is too old, or
+    None when the load failed for another reason."""
+    from bisect_tui.core.legacy_models import RUNTIME_MIN_OPSET, default_opset, upgrade_command, upgraded_name
+
+    opset = default_opset(model)
+    m = _NO_KERNEL.search(error)
+    if m is None or not 0 < opset < RUNTIME_MIN_OPSET:
+        return None
+    return (f"{Path(path).name} imports opset {opset}: ONNX Runtime has no kernel for its "
+            f"{m.group(1)}-{m.group(2)}: convert it to opset {RUNTIME_MIN_OPSET} with `{upgrade_command(path)}`, "
+            f"then run bisect-tui on {shlex.quote(upgraded_name(path))}")
