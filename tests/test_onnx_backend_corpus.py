@@ -15,8 +15,6 @@ training Gradient op, a locale the machine lacks) are skipped with ORT's words.
 
 from __future__ import annotations
 
-import contextlib
-import io
 import shlex
 import subprocess
 import tempfile
@@ -28,7 +26,6 @@ import onnxruntime as ort
 import pytest
 from onnx import numpy_helper, version_converter
 
-from bisect_tui.cli import main
 from bisect_tui.core.legacy_models import RUNTIME_MIN_OPSET, default_opset
 
 DATA = Path(onnx.__file__).parent / "backend" / "test" / "data"
@@ -72,16 +69,64 @@ def _own_inputs(sess: ort.InferenceSession, data: Path | None) -> dict[str, np.n
             for i in sess.get_inputs()}
 
 
+# One worker process runs every `check` of this module in-process (as fast as calling
+# main here), so 150 checks' threads, sessions and allocator growth stay out of the
+# test process: run here, they bloated it past 1 GB and slowed the app tests after it.
+_WORKER = """
+import contextlib, io, json, sys
+from bisect_tui.cli import main
+for line in sys.stdin:
+    argv = json.loads(line)
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+        code = main(argv)
+    sys.__stdout__.write(json.dumps([code, err.getvalue().strip()]) + "\\n")
+    sys.__stdout__.flush()
+"""
+
+
+class _Checker:
+    def __init__(self):
+        import os
+        import sys
+
+        self.proc = subprocess.Popen([sys.executable, "-c", _WORKER], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, text=True, env=dict(os.environ))
+
+    def __call__(self, argv: list[str]) -> tuple[int, str]:
+        import json
+
+        self.proc.stdin.write(json.dumps(argv) + "\n")
+        self.proc.stdin.flush()
+        line = self.proc.stdout.readline()
+        assert line, "the check worker died"
+        code, err = json.loads(line)
+        return code, err
+
+    def close(self):
+        self.proc.stdin.close()
+        self.proc.wait(60)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _worker():
+    global _run
+    checker = _Checker()
+    _run = checker
+    yield
+    checker.close()
+
+
+_run = None
+
+
 def _check(model: Path, workdir: Path, feeds: dict | None) -> tuple[int, str]:
     argv = ["check", str(model), "--no-determinism", "--no-arbiter", "-q", "--session", str(workdir / "s")]
     if feeds:
         workdir.mkdir(parents=True, exist_ok=True)
         np.savez(workdir / "inputs.npz", **feeds)
         argv += ["--input", str(workdir / "inputs.npz")]
-    err = io.StringIO()
-    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
-        code = main(argv)
-    return code, err.getvalue().strip()
+    return _run(argv)
 
 
 def _assert_verdict(code: int, err: str, outputs: list) -> None:
