@@ -156,6 +156,9 @@ def test_both_renderers_show_the_same_sections(samples, tmp_path, capsys):
     assert f"tensors dumped ({size}), {opts['optimization']}, FP32, CPU\n" in md
     # the engine's own describe() lines, kept in report.json
     assert s["engine_settings"] and all(f"- {label}: " in md for label, _ in s["engine_settings"])
-    # a report.json read where its session is not: the baseline line without the manifest's words
+    # a report.json read where its session is not: the summary carries the manifest's words
     moved = {**s, "baseline": {**s["baseline"], "dir": str(tmp_path / "elsewhere")}}
-    assert f"tensors dumped ({size}), FP32, CPU\n" in check_markdown(moved, base=tmp_path)
+    assert f"tensors dumped ({size}), {opts['optimization']}, FP32, CPU\n" in check_markdown(moved, base=tmp_path)
+    # one written before the summary carried them: the line without those words
+    older = {**moved, "baseline": {k: v for k, v in moved["baseline"].items() if k != "options"}}
+    assert f"tensors dumped ({size}), FP32, CPU\n" in check_markdown(older, base=tmp_path)

@@ -100,7 +100,10 @@ def manifest_options(s: dict) -> Optional[dict]:
     session's baseline folder; None when the folder is not on this machine."""
     import json
 
-    folder = (s.get("baseline") or {}).get("dir")
+    b = s.get("baseline") or {}
+    if isinstance(b.get("options"), dict):  # the summary carries them (sessions since this key)
+        return b["options"]
+    folder = b.get("dir")
     if not folder:
         return None
     try:

@@ -67,6 +67,9 @@ class Verdicts:
                       "reused": self.baseline.reused, "recomputed": list(self.baseline.recomputed),
                       "groups": manifest["options"]["groups"],
                       "memory_warning": manifest["options"].get("memory_warning"),
+                      # how the reference ran, for the report's baseline line (read from
+                      # the 5,000-entry manifest at render time, it cost 0.2 s a report)
+                      "options": {k: manifest["options"].get(k) for k in ("optimization", "precision")},
                       "dir": str(self.session.baseline_dir)},
             determinism=self.determinism_result,
             range_check=self.range_result,
