@@ -174,11 +174,22 @@ def _install_signals() -> None:
         pass  # not the main thread (tests driving main from a worker)
 
 
+MAX_ARGS = 4096
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Every outcome maps to a documented exit code; no traceback reaches the user,
     and an internal error never exits with a verdict's code."""
+    given = list(sys.argv[1:] if argv is None else argv)
+    if len(given) > MAX_ARGS:
+        # argparse's time grows with the square of the options given: 10,000
+        # repeated flags took 4 s before a word was said
+        print(f"bisect-tui: error: {len(given):,} command-line arguments; at most {MAX_ARGS:,} are accepted "
+              "(a keep-set or mark list that long belongs in the model, or in a --session resumed)",
+              file=sys.stderr)
+        return int(ExitCode.USAGE)
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = parser.parse_args(given)
     handlers = {"check": commands.cmd_check, "bisect": commands.cmd_bisect, "tui": commands.cmd_tui,
                 "resume": commands.cmd_resume, "sessions": commands.cmd_sessions, "compare": compare_cli.run}
     from bisect_tui.core import safepath, session as _session

@@ -307,11 +307,15 @@ def test_flags_that_name_nothing_or_ask_too_much_are_refused(tmp_path, model, fl
     refused(cli("bisect", model, "--session", tmp_path / "s", "-q", *flags, cwd=tmp_path), needle)
 
 
-def test_ten_thousand_unknown_keep_names_are_refused_with_one_line(tmp_path, model):
-    names = [a for i in range(10_000) for a in ("--keep-fp32", f"node_{i}")]
+def test_many_unknown_keep_names_are_refused_with_one_line(tmp_path, model):
+    names = [a for i in range(1_000) for a in ("--keep-fp32", f"node_{i}")]
     line = refused(cli("check", model, "--session", tmp_path / "s", "-q", "--precision", "fp16", *names,
                        cwd=tmp_path), "no node of that name")
-    assert "9999 more unknown" in line
+    assert "999 more unknown" in line
+    # 10,000 of them: refused before parsing (argparse's time grows with their square)
+    names = [a for i in range(10_000) for a in ("--keep-fp32", f"node_{i}")]
+    refused(cli("check", model, "--session", tmp_path / "s", "-q", "--precision", "fp16", *names,
+                cwd=tmp_path), "20,007 command-line arguments")
 
 
 def test_an_openvino_run_leaves_no_telemetry_child_and_no_traceback(tmp_path, model):
