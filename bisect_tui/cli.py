@@ -228,6 +228,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         second = sys.modules.get("bisect_tui.core.second_run")
         if second is not None:  # a prestarted interpreter nobody took: gone before we return
             second.stop_prestarted()
+            second.abort_all()  # reaped before the sweep below: nothing writes into tmp/ after it
         root = _session.active_root() if len(_session._ACTIVE) > opened else None
         safepath.release_session_temp(root)
         del _session._ACTIVE[opened:]

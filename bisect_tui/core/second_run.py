@@ -93,6 +93,17 @@ def take_prestarted():
     return None
 
 
+_LIVE: "set[SecondRun]" = set()
+
+
+def abort_all() -> None:
+    """Every second run still alive is stopped and reaped: called before the
+    session's temp folder is swept, so no child writes into it afterwards (an
+    atexit abort came after the sweep and left a file there)."""
+    for run in list(_LIVE):
+        run.abort()
+
+
 class SecondRun:
     """The baseline's groups run again in a new Python process (this module's
     `main`), which prints every tensor's SHA-256.
@@ -170,6 +181,7 @@ class SecondRun:
                 time.sleep(0.05)
 
         atexit.register(self.abort)  # never an orphan, whatever stops this process
+        _LIVE.add(self)
         self._readers = [threading.Thread(target=f, daemon=True) for f in (read_out, read_err)]
         for t in self._readers:
             t.start()
@@ -249,6 +261,7 @@ class SecondRun:
 
         self._done = True
         atexit.unregister(self.abort)
+        _LIVE.discard(self)
         if kill and self.proc.poll() is None:
             self.proc.kill()
         return self._finish()
