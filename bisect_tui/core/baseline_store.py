@@ -158,9 +158,9 @@ def reference_output(info: ModelInfo, session: Session, manifest: dict, inputs: 
         return np.asarray(inputs.arrays[name])
     init = next((t for t in info.model.graph.initializer if t.name == name), None)
     if init is not None:
-        from onnx import numpy_helper
+        from bisect_tui.core.external_data import tensor_array
 
-        const = numpy_helper.to_array(init)
+        const = tensor_array(init)
         return np.broadcast_to(const[None], (inputs.samples, *const.shape))
     raise KeyError(name)
 

@@ -138,9 +138,9 @@ def check_ranges(
                     st = idx[i]["stats"]
                     inputs_finite &= not (st["nan"] or st["inf"])
                 elif i in inits:
-                    from onnx import numpy_helper
+                    from bisect_tui.core.external_data import tensor_array
 
-                    arr = numpy_helper.to_array(inits[i])
+                    arr = tensor_array(inits[i])
                     if arr.dtype.kind == "f":
                         inputs_finite &= bool(np.isfinite(arr).all())
             if inputs_finite:

@@ -15,6 +15,7 @@ from typing import Union
 import numpy as np
 import onnx
 
+from bisect_tui.core import external_data as ext
 from bisect_tui.core.errors import UserError
 from bisect_tui.core.graph import GraphIndex, name_nodes
 
@@ -47,6 +48,9 @@ class ModelInfo:
     renamed_nodes: int = 0
     initializer_bytes: int = 0
     op_counts: dict[str, int] = field(default_factory=dict)
+    # the data files of a model with external data (location, bytes, sha256; then
+    # the session's copy): `model` then holds no weights (core/external_data.py)
+    external: list[dict] = field(default_factory=list)
 
     @property
     def node_count(self) -> int:
@@ -84,13 +88,20 @@ def load_model_info(path: Union[str, Path]) -> ModelInfo:
     if p.is_dir():
         raise UserError(f"model path is a directory, not an ONNX file: {p}")
     try:
-        model = onnx.load(str(p), load_external_data=True)
-    except Exception as exc:  # protobuf DecodeError, missing external data, ...
+        # weights in external files stay there: a >2 GB model is never one proto in memory
+        model = onnx.load(str(p), load_external_data=False)
+    except Exception as exc:  # protobuf DecodeError, ...
         raise UserError(f"not an ONNX model: {p} ({_first_line(exc)})") from None
     if not model.HasField("graph") or len(model.graph.node) == 0:
         raise UserError(f"not an ONNX model: {p} (no graph or no nodes in it)")
+    external: list[dict] = []
+    if ext.has_external_data(model):
+        ext.check_locations(model, p.parent)
+        external = ext.data_files(model, p.parent)
+        ext.register(model, p.parent)
     try:
-        onnx.checker.check_model(model)
+        # from the path when the weights are outside: the checker reads them where they are
+        onnx.checker.check_model(str(p) if external else model)
     except ValueError:
         # >2 GB protos can only be checked from the path
         try:
@@ -137,7 +148,7 @@ def load_model_info(path: Union[str, Path]) -> ModelInfo:
         ops[n.op_type] = ops.get(n.op_type, 0) + 1
     return ModelInfo(
         path=p,
-        sha256=file_sha256(p),
+        sha256=model_digest(p, external),
         model=model,
         inputs=inputs,
         outputs=list(index.graph_outputs),
@@ -146,18 +157,35 @@ def load_model_info(path: Union[str, Path]) -> ModelInfo:
         renamed_nodes=renamed,
         initializer_bytes=init_bytes,
         op_counts=ops,
+        external=external,
     )
 
 
+def model_digest(path: Path, external: list[dict]) -> str:
+    """sha256 of the model file, and of its data files when it has them (other
+    weights are another model: another session, never a reused dump)."""
+    own = file_sha256(path)
+    if not external:
+        return own
+    h = hashlib.sha256(own.encode())
+    for rec in external:
+        h.update(f"\n{rec['location']}\0{rec['bytes']}\0{rec['sha256']}".encode())
+    return h.hexdigest()
+
+
 def save_prepared(info: ModelInfo, dest: Path) -> Path:
-    """Write the prepared (named) model where engines will read it."""
+    """Write the prepared (named) model where engines will read it.
+
+    With external data the session gets its own reference to the data files
+    (hard links, or verified copies) and the prepared file refers to them: the
+    proto written holds no weights, whatever the model's size."""
     from bisect_tui.core import atomic
 
     dest = Path(dest)
-    size = info.model.ByteSize()
-    if size < (1 << 31) - (1 << 20):
+    adopt_weights(info, dest)
+    if info.external or info.model.ByteSize() < (1 << 31) - (1 << 20):
         atomic.write_bytes(dest, info.model.SerializeToString())
-    else:  # >2 GB: weights must live in an external data file next to it
+    else:  # >2 GB held in memory (not loaded by load_model_info): weights to a file next to it
         dest.parent.mkdir(parents=True, exist_ok=True)
         onnx.save_model(
             info.model,
@@ -167,3 +195,13 @@ def save_prepared(info: ModelInfo, dest: Path) -> Path:
             location=dest.name + ".data",
         )
     return dest
+
+
+def adopt_weights(info: ModelInfo, dest: Path) -> list[dict]:
+    """The session's data files for `info` (next to the prepared model at `dest`),
+    linked, copied or verified, with `info.model` pointed at them. Called for a
+    prepared model written now and for one reused (its files checked by digest)."""
+    if not info.external or info.external[0].get("session_file"):
+        return info.external
+    info.external = ext.adopt_into_session(info.model, info.path.parent, info.external, Path(dest).parent)
+    return info.external

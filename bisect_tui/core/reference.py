@@ -22,6 +22,7 @@ from onnx import TensorProto, numpy_helper
 
 from bisect_tui.api.reference import Reference  # noqa: F401  (the protocol, where callers look for it)
 from bisect_tui.core.errors import UserError
+from bisect_tui.core.external_data import tensor_array
 from bisect_tui.core.inputs import InputSet
 
 if TYPE_CHECKING:
@@ -72,7 +73,7 @@ def to_float64(model: onnx.ModelProto) -> onnx.ModelProto:
     g = m.graph
     for i, t in enumerate(list(g.initializer)):
         if t.data_type in _NARROW_FLOATS:
-            arr = numpy_helper.to_array(t).astype(np.float64)
+            arr = tensor_array(t).astype(np.float64)  # external data read from its file
             g.initializer[i].CopyFrom(numpy_helper.from_array(arr, t.name))
     for vi in list(g.input) + list(g.output):
         if vi.type.tensor_type.elem_type in _NARROW_FLOATS:
@@ -83,7 +84,7 @@ def to_float64(model: onnx.ModelProto) -> onnx.ModelProto:
             if n.op_type == "Cast" and a.name == "to" and a.i in _NARROW_FLOATS:
                 a.i = TensorProto.DOUBLE
             if a.type == onnx.AttributeProto.TENSOR and a.t.data_type in _NARROW_FLOATS:
-                arr = numpy_helper.to_array(a.t).astype(np.float64)
+                arr = tensor_array(a.t).astype(np.float64)
                 a.t.CopyFrom(numpy_helper.from_array(arr, a.t.name))
     return m
 

@@ -374,10 +374,10 @@ def _load_prepared(path: Path):
     not checked and indexed again (the checker, the index and the shape
     inference were a quarter of this process's work on a 5,000-node model).
     The reference still validates it when the session is made."""
-    import onnx
+    from bisect_tui.core.external_data import load
 
     try:
-        return onnx.load(str(path), load_external_data=True)
+        return load(path)  # external data: the weights stay in their files, their folder known
     except Exception as exc:  # noqa: BLE001 - protobuf's errors: one line for the parent
         text = (str(exc).strip() or type(exc).__name__).splitlines()[0][:300]
         raise UserError(f"the second run could not read the session's model: {text}") from None

@@ -25,6 +25,7 @@ from bisect_tui.core.graph import node_inputs
 from bisect_tui.core.metrics import compare
 from bisect_tui.core.reference import Float64Reference, UnfusedModel
 from bisect_tui.core.tolerance import judge_arrays
+from bisect_tui.core.external_data import write_beside
 
 # the torch minifier's rule: an optimized result is "worse" when its error
 # against float64 is more than twice the FP32 reference's
@@ -115,7 +116,7 @@ def isolate(triage, units: list[Unit], config, out_dir: Path) -> dict:
     sub, sub_inputs = extract_subgraph(info.model, node_names, outputs, types)
     out_dir.mkdir(parents=True, exist_ok=True)
     sub_path = out_dir / "subgraph.onnx"
-    atomic.write_bytes(sub_path, sub.SerializeToString())
+    write_beside(sub, sub_path)  # external data: linked beside it
 
     def feed_array(name: str) -> np.ndarray:
         if name in triage.inputs.arrays:

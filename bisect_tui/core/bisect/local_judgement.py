@@ -17,13 +17,13 @@ from typing import Optional
 
 import numpy as np
 
-from bisect_tui.core import atomic
 from bisect_tui.core.baseline_store import load_tensor, manifest_index
 from bisect_tui.core.bisect.isolate import extract_subgraph, float64_truth
 from bisect_tui.core.bisect.units import Unit
 from bisect_tui.core.cancel import Progress
 from bisect_tui.core.errors import EngineBuildError
 from bisect_tui.core.groups import open_session
+from bisect_tui.core.external_data import write_beside
 
 # a fused unit is wrong when its error vs float64 exceeds the unfused FP32
 # error by this factor (reordering FP32 arithmetic stays within ~1-3x)
@@ -107,7 +107,7 @@ def _judge_batched(triage, units: list[Unit], config, out_dir: Path, factor: flo
     model = helper.make_model(graph, opset_imports=list(triage.info.model.opset_import))
     model.ir_version = triage.info.model.ir_version
     path = out_dir / "units_batched.onnx"
-    atomic.write_bytes(path, model.SerializeToString())
+    write_beside(model, path)
     triage.progress(Progress("local", f"judging {len(units)} fused nodes alone against float64 (one batch)"))
     feed = _baseline_feeder(triage)
 
@@ -172,7 +172,7 @@ def _judge_each(triage, units: list[Unit], config, out_dir: Path, factor: float)
             rows.append({**row, "verdict": "not isolable", "why": str(exc).splitlines()[0][:160]})
             continue
         path = out_dir / f"unit_{u.index}.onnx"
-        atomic.write_bytes(path, sub.SerializeToString())
+        write_beside(sub, path)
         stacked = {i: np.asarray(feed(i)) for i in sub_inputs}
         try:
             built = triage.engine.build(path, config, (), None)

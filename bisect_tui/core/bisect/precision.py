@@ -26,9 +26,9 @@ import re
 from typing import Optional
 
 import numpy as np
-from onnx import numpy_helper
 
 from bisect_tui.core.bisect.records import KeepSet
+from bisect_tui.core.external_data import tensor_array
 from bisect_tui.core.bisect.trials import BuildBudgetExceeded
 
 FP16_MAX = 65504.0
@@ -45,7 +45,7 @@ def weight_findings(model) -> list[dict]:
     for t in model.graph.initializer:
         if t.data_type != 1:  # FLOAT only: the converter leaves other types alone
             continue
-        a = np.abs(numpy_helper.to_array(t).astype(np.float64)).reshape(-1)
+        a = np.abs(tensor_array(t).astype(np.float64)).reshape(-1)  # external data: from its file
         if a.size == 0:
             continue
         nz = a[a > 0]

@@ -30,12 +30,12 @@ import numpy as np
 import onnx
 from onnx import helper
 
-from bisect_tui.core import atomic
 from bisect_tui.core.baseline_store import load_tensor, reference_output
 from bisect_tui.core.bisect.isolate import extract_subgraph, value_types
 from bisect_tui.core.bisect.units import Unit
 from bisect_tui.core.graph import node_inputs
 from bisect_tui.core.errors import EngineBuildError, EnvironmentFault, UserError
+from bisect_tui.core.external_data import write_beside
 
 
 def downstream_model(model: onnx.ModelProto, unit: Unit,
@@ -104,7 +104,7 @@ def write_subgraph(t, unit: Unit, out_dir: Path) -> Optional[tuple[Path, list[st
         return None
     out_dir.mkdir(parents=True, exist_ok=True)
     sub_path = out_dir / "subgraph.onnx"
-    atomic.write_bytes(sub_path, sub.SerializeToString())
+    write_beside(sub, sub_path)  # external data: linked beside it
     return sub_path, list(sub_inputs)
 
 

@@ -25,7 +25,7 @@ from bisect_tui.core.input_suggest import check_config_inputs
 from bisect_tui.core.input_suggest import resolve_shapes
 from bisect_tui.core.named import check_names
 from bisect_tui.core.inputs import InputSet, generate_inputs, load_inputs
-from bisect_tui.core.model import ModelInfo, load_model_info, save_prepared
+from bisect_tui.core.model import ModelInfo, adopt_weights, load_model_info, save_prepared
 from bisect_tui.core.engine_log import set_engine_log
 from bisect_tui.core.memory import default_max_memory
 from bisect_tui.core.session import Session, default_session_dir, stable_key
@@ -177,6 +177,8 @@ class Triage(Overlap, FusedStep, TorchFrontEnd, Verdicts):
             save_prepared(info, session.model_path)
             # only a file written now: a reused one is read as it is
             self.engine.know_original(session.model_path, info.model, info.index)
+        if info.external:  # weights in data files: the session's own, verified by digest
+            session.update_meta(external_data=adopt_weights(info, session.model_path))
         if inputs is None:
             existing = self._load_saved_inputs()
             inputs = existing or generate_inputs(

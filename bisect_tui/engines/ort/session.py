@@ -26,6 +26,7 @@ import numpy as np
 import onnx
 
 from bisect_tui.api import LEVELS, EngineBuildError, EngineConfig, EngineRunError, EnvironmentFault, FusedNode, UserError
+from bisect_tui.core.external_data import has_external_data
 from bisect_tui.core.graph import mark_outputs
 from bisect_tui.core.onnx_files import (
     existing_tensors as _existing_tensors,
@@ -38,6 +39,7 @@ from bisect_tui.core.onnx_files import (
 )
 from bisect_tui.core.onnx_files import save_model as _save_any
 from bisect_tui.engines.ort.declare import ORT_PRECISIONS, providers_of
+from bisect_tui.engines.ort.unfused import EXTERNAL_FOLDER
 from bisect_tui.engines.ort.fusedmap import fused_node_map
 from bisect_tui.engines.ort.levels import graph_level
 from bisect_tui.engines.ort.passes import known_optimizers
@@ -111,7 +113,9 @@ def fp16_model_path(model_path: Path, workdir: Path, keep_fp32: Collection[str] 
         return cached
     from onnxruntime.transformers.float16 import convert_float_to_float16
 
-    model = _load(model_path)
+    from bisect_tui.core.external_data import load_with_weights
+
+    model = load_with_weights(model_path)  # external data: read by our reader (the session's files are linked)
     try:
         converted = convert_float_to_float16(model, keep_io_types=True, node_block_list=keep or None)
     except Exception as e:  # the converter asserts on models it cannot handle
@@ -170,8 +174,10 @@ class OrtBuilt:
             raise _run_error(e) from None
         return dict(zip(wanted, values))
 
+    observable = True  # False: the optimized graph's weights were too big to keep
+
     def observe(self, feeds: dict[str, np.ndarray], tensors) -> dict[str, np.ndarray]:
-        if self.optimized_model_path is None:
+        if self.optimized_model_path is None or not self.observable:
             return {}
         return OrtObserver(self.optimized_model_path).observe(feeds, tensors)
 
@@ -198,7 +204,7 @@ class OrtObserver:
     fused). One session per tensor group, reused for every sample."""
 
     def __init__(self, optimized_path: Path):
-        self.model = onnx.load(str(optimized_path))
+        self.model = _load_runnable(optimized_path)
         self._group: Optional[tuple[str, ...]] = None
         self._session = None
 
@@ -280,7 +286,7 @@ def marking_base(path: Path) -> tuple:
     hit = _BASE_CACHE.get(key)
     if hit is not None:
         return hit
-    model = _load(path)
+    model = _load_runnable(path)
     # marks go in untyped: ORT types each from the node that makes it, fp16 ones too,
     # so the marked builds need no shape inference (0.07 s on a 5,000-node model)
     entry = (model, _existing_tensors(model), {})
@@ -346,10 +352,11 @@ def _build_in(
         # e.g. a tensor the fp16 converter renamed: legitimate, reported to the caller
         unmarkable = [t for t in marked if t not in existing]
     model_arg: str | bytes
+    external = has_external_data(model) if model is not None else _uses_external_data_file(base_path)
     if markable and model is not None:
         # fp16: types come from the converted model, so marked tensors are fp16
         model = mark_outputs(model, markable, types)
-        if _model_size_estimate(model) > _threshold():
+        if not external and _model_size_estimate(model) > _threshold():
             build_path = workdir / f"build_{key}.onnx"
             _save_model(model, build_path)
             model_arg = str(build_path)
@@ -377,7 +384,10 @@ def _build_in(
 
     quiet_ort()
     so.log_severity_level = ORT_QUIET
-    if isinstance(model_arg, str) and _uses_external_data_file(Path(model_arg)):
+    if isinstance(model_arg, bytes) and external:
+        # the marked proto holds no weights: ORT reads them from the source's folder
+        so.add_session_config_entry(EXTERNAL_FOLDER, str(base_path.parent.resolve()))
+    if external:
         so.add_session_config_entry(
             "session.optimized_model_external_initializers_file_name", optimized.name + ".data"
         )
@@ -413,4 +423,38 @@ def _build_in(
     if tmp_opt.exists():
         os.replace(tmp_opt, optimized)
         saved = optimized
-    return OrtBuilt(session, config, model_path, saved, unmarkable, tmpdir)
+    observable = not (saved is not None and external and _drop_big_optimized_weights(tmp_opt, optimized))
+    built = OrtBuilt(session, config, model_path, saved, unmarkable, tmpdir)
+    built.observable = observable
+    return built
+
+
+# ORT writes the optimized graph's weights beside it (a full copy of the model's
+# weights per build). The fused-node map needs only the graph; the observer,
+# which reruns the optimized graph, needs the weights too. Above this size they
+# are deleted after the build: a search of dozens of builds of a 2.4 GB model
+# would otherwise write tens of GB (the observer then reports nothing).
+OPTIMIZED_WEIGHTS_KEPT_MAX = 256 << 20
+
+
+def _drop_big_optimized_weights(written: Path, optimized: Path) -> bool:
+    data = written.with_name(optimized.name + ".data")
+    if data.exists() and data.stat().st_size > OPTIMIZED_WEIGHTS_KEPT_MAX:
+        data.unlink()
+        return True
+    return False
+
+
+def _load_runnable(path: Path) -> onnx.ModelProto:
+    """The model as the marked builds need it: weights left in their files when
+    it has external data (core/external_data.py), loaded otherwise."""
+    from bisect_tui.core.external_data import load
+
+    try:
+        return load(path)
+    except UserError:
+        raise
+    except FileNotFoundError:
+        raise UserError(f"model file not found: {path}") from None
+    except Exception as e:  # DecodeError and friends: not an ONNX file
+        raise UserError(f"could not read ONNX model {path}: {_first_line(e)}") from None

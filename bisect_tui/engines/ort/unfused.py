@@ -55,7 +55,8 @@ def make_session(model: "onnx.ModelProto", threads: int = 0):
     quiet_ort()
     so.log_severity_level = ORT_QUIET
     try:
-        if model.ByteSize() < PROTO_LIMIT:
+        base = external_folder(so, model)
+        if base is not None or model.ByteSize() < PROTO_LIMIT:
             return ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
         # A protobuf message cannot exceed 2 GB: weights go to an external file.
         import tempfile
@@ -69,6 +70,21 @@ def make_session(model: "onnx.ModelProto", threads: int = 0):
         msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         where = log_engine_error(f"{LABEL} could not load the model", exc)
         raise UserError(f"{LABEL} could not load the model: {msg[:300]}{where}") from None
+
+
+EXTERNAL_FOLDER = "session.model_external_initializers_file_folder_path"
+
+
+def external_folder(so, model: "onnx.ModelProto"):
+    """For a model whose weights stay in data files (core/external_data.py): the
+    folder its locations resolve in, set on `so`, so the small proto goes to ORT
+    as bytes and ORT reads the weights from their files (None: no external data)."""
+    from bisect_tui.core.external_data import base_of
+
+    base = base_of(model)
+    if base is not None:
+        so.add_session_config_entry(EXTERNAL_FOLDER, str(base))
+    return base
 
 
 class _Session:
