@@ -8,7 +8,7 @@ reads the weights from the files, where the runtimes read them too.
 
 Why the weights get session-unique names: a reference is only a relative
 location, and the runtimes refuse absolute ones or ones that leave the model's
-directory (ORT: "Absolute path not allowed", "escapes model directory"; OpenVINO
+directory (one says "Absolute path not allowed", "escapes model directory"; others
 the same). The session therefore holds the data files itself (a copy, verified
 by digest; never a hard link to the user's file: onnx refuses to load a data
 file with more than one link, "a potential hardlink attack", so a link would
@@ -17,7 +17,7 @@ break the user's own `onnx.load` of their model) under
 the session root. A location names its content, so the registry below, which
 says which directory a location is relative to, cannot confuse two models
 loaded by one process: a proto that only knows its locations still finds its
-files (ORT sessions of marked copies, `tensor_array`, the FP16 converter's
+files (runtime sessions of marked copies, `tensor_array`, the FP16 converter's
 input), and derived models written elsewhere in the session get hard links to
 the session's copies rather than copies. onnx's own loader refuses those
 linked files, so every read of weights here is our own (`read_bytes`: offset
