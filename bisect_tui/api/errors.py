@@ -47,10 +47,13 @@ class EngineBuildError(UserError):
     such an error is the finding a bisection starts from, not bad input."""
 
     kind = "build_error"
+    DETAIL_MAX = 8000  # the engine's full text, bounded: a runaway log must not fill check.json
 
-    def __init__(self, message: str, engine_message: str = ""):
+    def __init__(self, message: str, engine_message: str = "", detail: str = ""):
         super().__init__(message)
         self.engine_message = engine_message or message
+        # the engine's whole message (its first line alone can stop at "...failed with X:")
+        self.detail = (detail or self.engine_message)[:self.DETAIL_MAX]
 
 
 class EngineRunError(EngineBuildError):

@@ -14,7 +14,7 @@ from bisect_tui.core.report.sections import (
     arbiter_section, baseline_section, engine_section, outputs_section, shared_section
 )
 from bisect_tui.core.report.words import (
-    VERDICT_TEXT, cos_text, fmt, sensitivity_text, shown_path, size_text, tolerance_text
+    cos_text, fmt, sensitivity_text, shown_path, size_text, tolerance_text, verdict_text
 )
 
 MAX_TABLE_ROWS = 300  # longer tables say how many rows are left and where they are
@@ -144,12 +144,28 @@ def _engine_md(s: dict) -> list[str]:
         "",
         *[f"- {md(str(k))}: {md(str(v))}" for k, v in settings],
         *([""] if settings else []),
-        table(list(outputs.headers[:-1]),
+        *_engine_error_md(s.get("engine_error"), s),
+        *([] if s.get("engine_error") and not outputs.rows else [table(list(outputs.headers[:-1]),
               [[_t(n), "PASS" if passed else "FAIL", fmt(max_abs), fmt(mean_abs), fmt(max_rel), cos_text(cosine),
                 fmt(snr), "" if passed else _t(summary)]
-               for n, passed, max_abs, mean_abs, max_rel, cosine, snr, summary, _ in outputs.rows]),
+               for n, passed, max_abs, mean_abs, max_rel, cosine, snr, summary, _ in outputs.rows])]),
         "",
     ]
+
+
+def _engine_error_md(err: Optional[dict], s: dict) -> list[str]:
+    """The engine's own full message, fenced (escaped, bounded in check.json):
+    its first line alone can stop at "failed with OpConversionFailure:"."""
+    if not err:
+        return []
+    from bisect_tui.core.report.summary import without_session
+
+    what = "could not be built" if err["kind"] == "build_error" else "could not run on these inputs"
+    detail = without_session(err.get("detail") or err.get("message") or "", s).rstrip("\n")
+    where = f" (also in {md_code(err['detail_file'])} in the session)" if err.get("detail_file") else ""
+    return [f"The fused engine {what}, so no output was compared. The engine's full message{where}:", "",
+            *details("the engine's message", fenced(detail.splitlines() or [""]),
+                     fold=len(detail.splitlines()) > LONG_TABLE_ROWS)]
 
 
 def _evidence_md(s: dict) -> list[str]:
@@ -252,7 +268,7 @@ def check_markdown(s: dict, title: Optional[str] = None, base: Optional[Path] = 
     """The report as Markdown: the summary first, paths relative to `base` (the report's folder)."""
     from bisect_tui.core.report.summary import summary_md
 
-    parts = [title or f"# bisect-tui check: {VERDICT_TEXT[s['verdict']]}", "", *summary_md(s, command),
+    parts = [title or f"# bisect-tui check: {verdict_text(s)}", "", *summary_md(s, command),
              *check_parts(s, base, command),
-             f"**Verdict: {VERDICT_TEXT[s['verdict']]}** (exit code {s['exit_code']})", "", *plots_md(s)]
+             f"**Verdict: {verdict_text(s)}** (exit code {s['exit_code']})", "", *plots_md(s)]
     return "\n".join(parts).rstrip("\n") + "\n"

@@ -15,7 +15,7 @@ from typing import Optional
 from bisect_tui.core.escape import md, md_code
 from bisect_tui.core.report.mdtools import fenced, text as _t
 from bisect_tui.core.report.search import passes_text, verdict_words, workaround_section
-from bisect_tui.core.report.words import VERDICT_TEXT, fmt
+from bisect_tui.core.report.words import fmt, verdict_text
 
 BUNDLE_KEY = "_bundle"  # the view's key for bundle_plan's answer; report.json never holds it
 
@@ -100,7 +100,7 @@ def _workaround_text(b: dict) -> Optional[str]:
 def summary_md(s: dict, command: str) -> list[str]:
     """The summary a maintainer reads first; every line plain text (no image, no link)."""
     b = s.get("bisect")
-    verdict = VERDICT_TEXT[s["verdict"]] + (f"; bisection: {md(verdict_words(b))}" if b else "")
+    verdict = verdict_text(s) + (f"; bisection: {md(verdict_words(b))}" if b else "")
     lines = ["## Summary", f"- **verdict**: {verdict}", f"- **engine**: {engine_text(s)}",
              f"- **versions**: {_t(versions_text(s)) or 'not recorded'}"]
     failing = [n for n, o in (s.get("outputs") or {}).items() if not o["passed"]]

@@ -14,7 +14,8 @@ from bisect_tui.core.report.sections import (
     arbiter_lines, baseline_section, engine_section, output_line, outputs_section, precision_used_line,
     shared_section,
 )
-from bisect_tui.core.report.words import BISECT_VERDICT, VERDICT_TEXT, fmt, sensitivity_text, tolerance_text
+from bisect_tui.core.report.words import (BISECT_VERDICT, fmt, sensitivity_text, tolerance_text,
+                                          verdict_text)
 
 
 def _baseline_lines(s: dict) -> list[str]:
@@ -44,6 +45,9 @@ def _engine_lines(s: dict) -> list[str]:
     if err:
         what = "failed to build" if err["kind"] == "build_error" else "failed while running"
         lines.append(f"fused engine {what} (the baseline runs): {term(err['message'])}")
+        if err.get("detail_file") and (err.get("detail") or "").strip() != (err.get("message") or "").strip():
+            lines.append(f"  the engine's full message ({len(err['detail'].splitlines())} lines): "
+                         f"{term(err['detail_file'])} in the session, and `engine_error.detail` in check.json")
     lines += [output_line(row) for row in outputs_section(s).table.rows]
     sens_line = sensitivity_text(s.get("sensitivity"))
     if sens_line:
@@ -69,7 +73,7 @@ def check_text(s: dict) -> str:
     ]
     if s.get("config"):
         lines += _engine_lines(s)
-    lines.append(VERDICT_TEXT[s["verdict"]] + f" (exit {s['exit_code']})")
+    lines.append(verdict_text(s) + f" (exit {s['exit_code']})")
     advice = next_step(s)
     if advice:
         lines.append("next: " + advice)

@@ -16,6 +16,20 @@ VERDICT_TEXT = {
     "export_mismatch": "STOP: the ONNX export does not compute what the PyTorch model computes",
 }
 
+ENGINE_FAILED_TEXT = {
+    "build_error": "FAIL: the fused engine could not be built (the baseline runs)",
+    "run_error": "FAIL: the fused engine could not run on these inputs (it built; the baseline runs)",
+}
+
+
+def verdict_text(s: dict) -> str:
+    """The verdict's words: an engine that never ran did not "break tolerance"."""
+    err = s.get("engine_error") if s.get("verdict") == "fail" else None
+    if err and err.get("kind") in ENGINE_FAILED_TEXT:
+        return ENGINE_FAILED_TEXT[err["kind"]]
+    return VERDICT_TEXT[s["verdict"]]
+
+
 BISECT_VERDICT = {
     "pass": "nothing to find: the fused engine is within tolerance",
     "culprits": "culprit(s) found",

@@ -154,9 +154,16 @@ class FusedStep:
         """check.json for an engine that failed to build or run (kind and the
         engine's own message), judged failed like a broken tolerance."""
         assert self.session and self.info
+        error = {"kind": exc.kind, "message": exc.engine_message, "summary": str(exc)}
+        detail = getattr(exc, "detail", "") or exc.engine_message
+        # the engine's whole text, in check.json and in a file of its own (the terminal shows its first line)
+        error["detail"] = detail
+        path = self.engine_dir(config) / "engine_error.txt"
+        atomic.write_text(path, detail.rstrip("\n") + "\n")
+        error["detail_file"] = path.relative_to(self.session.root).as_posix()
         return self._keep(CheckResult(
             key=key, checked_at=now_iso(), engine=self.opts.engine, sensitivity=None, config=config.to_dict(),
-            passed=False, error={"kind": exc.kind, "message": exc.engine_message, "summary": str(exc)},
+            passed=False, error=error,
             outputs={}, failing_outputs=tuple(self.info.outputs), fused_nodes=(), shared_tensors=None,
             optimized_nodes=0, original_nodes=self.info.node_count, optimized_model=None,
             build_seconds=time.perf_counter() - t0, seconds=time.perf_counter() - t0,

@@ -103,6 +103,33 @@ def _first_line(e: BaseException) -> str:
     return (text.splitlines()[0][:300] if text else type(e).__name__)
 
 
+def _full_text(e: BaseException) -> str:
+    """OpenVINO's whole message, without the C++ call-site lines ("Exception from
+    src/...") that carry no cause: its first line alone can stop at "FrontEnd API
+    failed with OpConversionFailure:", the causes (each failed op and why) follow."""
+    lines = [line.rstrip() for line in str(e).strip().splitlines()]
+    kept = [line for line in lines if not line.startswith("Exception from src/")]
+    return "\n".join(kept).strip() or type(e).__name__
+
+
+def _short(e: BaseException) -> str:
+    """One line that says what failed: the first meaningful line, and when it ends
+    in a colon (the cause is below), the ops that failed and the first cause."""
+    first = _first_line(e)
+    if not first.endswith(":"):
+        return first
+    lines = [line.strip() for line in _full_text(e).splitlines() if line.strip()]
+    summary = next((line[len("-- "):] for line in lines if line.startswith("-- Conversion is failed for")), "")
+    causes = [line for line in lines if not line.startswith(("Check ", "While validating", "FrontEnd API",
+                                                             "-- ", "Summary:", "Model wasn't"))]
+    tail = "; ".join(x for x in (summary, causes[0] if causes else "") if x)
+    return f"{first} {tail}"[:300] if tail else first
+
+
+def _build_error(what: str, e: BaseException) -> EngineBuildError:
+    return EngineBuildError(f"OpenVINO could not {what}: {_short(e)}", _short(e), _full_text(e))
+
+
 def marked_option(config: EngineConfig) -> list[str]:
     """The `mark` option (a JSON list: tensor names are data, commas allowed)."""
     raw = config.option("mark")
@@ -154,9 +181,11 @@ class OvBuilt:
         if self._compiled is None:
             raise RuntimeError("engine is closed")
         try:
-            result = self._request.infer({k: np.ascontiguousarray(v) for k, v in feeds.items()})
+            # np.require, not np.ascontiguousarray: that one turns a 0-d input (Silero's `sr`) into shape [1]
+            result = self._request.infer({k: np.require(v, requirements="C") for k, v in feeds.items()})
         except Exception as e:  # built, then failed on these inputs: a finding
-            raise EngineRunError(f"OpenVINO failed to run the model: {_first_line(e)}", _first_line(e)) from None
+            raise EngineRunError(f"OpenVINO failed to run the model: {_short(e)}", _short(e), _full_text(e)) \
+                from None
         values = list(result.values())
         want = None if names is None else set(names)
         return {name: np.array(values[i]) for name, i in self._ports.items() if want is None or name in want}
@@ -316,7 +345,7 @@ class OpenVinoEngine(EngineBase):
         try:
             model = core.read_model(str(model_path))
         except Exception as e:
-            raise EngineBuildError(f"OpenVINO could not read the model: {_first_line(e)}", _first_line(e)) from None
+            raise _build_error("read the model", e) from None
         graph_outputs = []
         for port in model.outputs:
             names = sorted(port.get_names())
@@ -342,8 +371,7 @@ class OpenVinoEngine(EngineBase):
         try:
             compiled = core.compile_model(model, self.device(config), self.properties(config))
         except Exception as e:
-            raise EngineBuildError(f"OpenVINO could not compile the model: {_first_line(e)}", _first_line(e)) \
-                from None
+            raise _build_error("compile the model", e) from None
         ports: dict[str, int] = {}
         for i, port in enumerate(compiled.outputs):
             for n in port.get_names():
