@@ -43,6 +43,7 @@ from bisect_tui.core.memory import (
     MB,
     RUN_ALLOWANCE,
     activation_budget,
+    weight_copies,
     memory_budget_warning,
     process_floor,
 )
@@ -165,12 +166,12 @@ def run_baseline(
     todo = [t for t in tensors if t not in done]
 
     sizes, types = model_sizes(info, shapes)
-    act_budget = activation_budget(max_memory, info.initializer_bytes, sizes)
+    act_budget = activation_budget(max_memory, info.initializer_bytes, sizes, weight_copies(info))
     groups = plan_groups(todo, sizes, act_budget)
     floor = process_floor()
     largest = max((v for v in sizes.values() if v), default=0)
     memory_warning = memory_budget_warning(
-        max_memory, floor, floor + RUN_ALLOWANCE + 2 * info.initializer_bytes + 2 * largest, largest
+        max_memory, floor, floor + RUN_ALLOWANCE + weight_copies(info) * info.initializer_bytes + 2 * largest, largest
     ) if todo else ""
     if memory_warning:
         progress(Progress("baseline", "warning: " + memory_warning, 0, None, {"warning": memory_warning}))

@@ -18,7 +18,7 @@ from bisect_tui.core.cancel import CancelToken, ProgressFn, no_progress
 from bisect_tui.core.errors import UserError
 from bisect_tui.core.groups import model_sizes, open_session, plan_groups
 from bisect_tui.core.inputs import InputSet
-from bisect_tui.core.memory import activation_budget
+from bisect_tui.core.memory import activation_budget, weight_copies
 from bisect_tui.core.model import ModelInfo
 from bisect_tui.core.second_run import SecondRun
 from bisect_tui.core.session import Session, now_iso
@@ -32,7 +32,8 @@ def determinism_plan(info: ModelInfo, shapes: dict[str, list[int]], tensors: lis
                      max_memory: int) -> list[list[str]]:
     """The second run's groups: the same memory budget as the baseline's."""
     sizes, _ = model_sizes(info, shapes)
-    return plan_groups(tensors, sizes, activation_budget(max_memory, info.initializer_bytes, sizes))
+    return plan_groups(tensors, sizes, activation_budget(max_memory, info.initializer_bytes, sizes,
+                                                         weight_copies(info)))
 
 
 def check_determinism(

@@ -65,17 +65,24 @@ def process_floor() -> int:
         return 0
 
 
-def activation_budget(max_memory: int, weight_bytes: int, sizes: dict) -> int:
+def weight_copies(info) -> int:
+    """Copies of the weights a run holds: the session's, plus our model proto's,
+    except for a model with external data, whose proto holds none (core/external_data.py)."""
+    return 1 if getattr(info, "external", None) else 2
+
+
+def activation_budget(max_memory: int, weight_bytes: int, sizes: dict, copies: int = 2) -> int:
     """How many bytes of marked tensors one group may hold so that the whole
     process stays near `max_memory`.
 
     Subtracted: what the process already holds (Python, the reference's library,
-    numpy, inputs), the weights twice (our model proto and the session's copy),
-    and two of the largest tensors (the allocator keeps freed blocks around and
-    the session still holds unmarked intermediates while a group runs)."""
+    numpy, inputs), the weights `copies` times (our model proto and the session's
+    copy; the session's alone with external data: `weight_copies`), and two of
+    the largest tensors (the allocator keeps freed blocks around and the session
+    still holds unmarked intermediates while a group runs)."""
     floor = process_floor()
     largest = max((v for v in sizes.values() if v), default=0)
-    return max(max_memory - floor - RUN_ALLOWANCE - 2 * weight_bytes - 2 * largest, 1)
+    return max(max_memory - floor - RUN_ALLOWANCE - copies * weight_bytes - 2 * largest, 1)
 
 
 def _libc_trim():

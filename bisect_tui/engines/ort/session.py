@@ -423,17 +423,20 @@ def _build_in(
     if tmp_opt.exists():
         os.replace(tmp_opt, optimized)
         saved = optimized
-    observable = not (saved is not None and external and _drop_big_optimized_weights(tmp_opt, optimized))
+    # marked builds (a search's trials) only need the graph, for the map: their weights copy goes
+    observable = not (saved is not None and external and markable and _drop_big_optimized_weights(tmp_opt, optimized))
     built = OrtBuilt(session, config, model_path, saved, unmarkable, tmpdir)
     built.observable = observable
     return built
 
 
 # ORT writes the optimized graph's weights beside it (a full copy of the model's
-# weights per build). The fused-node map needs only the graph; the observer,
-# which reruns the optimized graph, needs the weights too. Above this size they
-# are deleted after the build: a search of dozens of builds of a 2.4 GB model
-# would otherwise write tens of GB (the observer then reports nothing).
+# weights per build). The fused-node map needs only the graph; the observer and
+# the fused-graph probe, which rerun the optimized graph, need the weights too,
+# but only of unmarked builds (the check's, a workaround's). A marked build's
+# copy above this size is deleted after the build: a search of dozens of marked
+# builds of a 2.4 GB model would otherwise keep tens of GB (its observer then
+# reports nothing).
 OPTIMIZED_WEIGHTS_KEPT_MAX = 256 << 20
 
 
