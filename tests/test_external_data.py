@@ -178,3 +178,27 @@ def test_locations_outside_the_models_folder_are_refused(tmp_path):
     model.write_bytes(m.SerializeToString())
     with pytest.raises(UserError, match="not a relative path inside the model"):
         load_model_info(model)
+
+
+def test_derived_models_are_self_contained_when_small_and_linked_when_big(tmp_path, monkeypatch):
+    """A culprit's subgraph (bundle.zip's copy must run anywhere) holds small weights;
+    big ones stay in the data file, reached by a hard link, never copied."""
+    import onnxruntime as ort
+
+    from bisect_tui.core import external_data as ext
+
+    model = save_external(gelu_mlp(), tmp_path / "m" / "mlp.onnx", "w/mlp.weights")
+    m = ext.load(model)
+    feeds = {"x": np.ones((4, N), np.float32)}
+    want = ort.InferenceSession(str(model)).run(None, feeds)[0]
+    small = tmp_path / "derived" / "small.onnx"
+    ext.write_beside(m, small)
+    assert not ext.has_external_data(onnx.load(str(small), load_external_data=False))
+    np.testing.assert_array_equal(ort.InferenceSession(str(small)).run(None, feeds)[0], want)
+    monkeypatch.setattr(ext, "INLINE_MAX_BYTES", 0)
+    big = tmp_path / "derived" / "big.onnx"
+    ext.write_beside(m, big)
+    assert big.stat().st_size < 20_000
+    linked = big.parent / "w" / "mlp.weights"
+    assert os.path.samefile(linked, model.parent / "w" / "mlp.weights")  # the same inode: no copy
+    np.testing.assert_array_equal(ort.InferenceSession(str(big)).run(None, feeds)[0], want)

@@ -250,16 +250,34 @@ def adopt_into_session(model: onnx.ModelProto, src_base: Path, records: list[dic
     return out
 
 
+# A derived model (a culprit's subgraph) whose external weights are below this
+# is written with them inside: it is then self-contained, so the repro bundle's
+# copy of it runs anywhere. Above it, hard links (never copies) keep a search of
+# a big model from writing its weights again per trial.
+INLINE_MAX_BYTES = 64 << 20
+
+
+def external_bytes(model: onnx.ModelProto) -> int:
+    total = 0
+    for t in all_tensors(model):
+        if is_external(t):
+            length = next((e.value for e in t.external_data if e.key == "length"), "")
+            total += int(length) if length else (1 << 40)  # unknown: counts as big
+    return total
+
+
 def write_beside(model: onnx.ModelProto, path: Path) -> None:
-    """Write a derived model (marked, extracted, converted: no weights in it) at
-    `path`, its locations resolving from `path`'s folder: hard links to the data
-    files where they are not there already. The proto is small whatever the
-    model's size; never a copy of the weights."""
+    """Write a derived model (marked, extracted: its weights still in the data
+    files) at `path`. Small external weights go inside it (self-contained);
+    big ones stay outside, their locations resolving from `path`'s folder
+    through hard links to the data files. Never a copy of big weights."""
     from bisect_tui.core import atomic
 
     path = Path(path)
     base = base_of(model)
-    if base is not None:
+    if base is not None and external_bytes(model) <= INLINE_MAX_BYTES:
+        model = with_weights(model)
+    elif base is not None:
         folder = Path(os.path.realpath(path.parent))
         if folder != Path(os.path.realpath(base)):
             for loc in locations(model):
