@@ -387,7 +387,8 @@ def _build_in(
     if isinstance(model_arg, bytes) and external:
         # the marked proto holds no weights: ORT reads them from the source's folder
         so.add_session_config_entry(EXTERNAL_FOLDER, str(base_path.parent.resolve()))
-    if external:
+    if external or (isinstance(model_arg, str) and model_arg != str(base_path)
+                    and _uses_external_data_file(Path(model_arg))):  # a marked model saved with its weights outside
         so.add_session_config_entry(
             "session.optimized_model_external_initializers_file_name", optimized.name + ".data"
         )
