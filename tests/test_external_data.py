@@ -202,3 +202,18 @@ def test_derived_models_are_self_contained_when_small_and_linked_when_big(tmp_pa
     linked = big.parent / "w" / "mlp.weights"
     assert os.path.samefile(linked, model.parent / "w" / "mlp.weights")  # the same inode: no copy
     np.testing.assert_array_equal(ort.InferenceSession(str(big)).run(None, feeds)[0], want)
+
+
+def test_fp16_conversion_reads_the_weights_from_the_data_files(tmp_path, capsys):
+    """The converter's input is read by our reader (onnx.load refuses the session's
+    linked files), and its output keeps the weights outside as the source did."""
+    from bisect_tui.core import external_data as ext
+
+    model = save_external(gelu_mlp(), tmp_path / "user" / "mlp.onnx", "w/mlp.weights")
+    js = tmp_path / "c.json"
+    code, out, err = run(["check", model, "--precision", "fp16", "--session", tmp_path / "s", "--json", js], capsys)
+    assert code in (0, 1), out + err
+    d = json.loads(js.read_text())
+    assert d["engine_error"] is None and d["outputs"]["y"]["metrics"]["max_abs"] > 0  # really ran in fp16
+    converted = list((tmp_path / "s" / "engines").rglob("fp16_*.onnx"))
+    assert converted and all(ext.has_external_data(onnx.load(str(p), load_external_data=False)) for p in converted)

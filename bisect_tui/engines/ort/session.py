@@ -72,11 +72,13 @@ def ort_errors() -> tuple[type[BaseException], ...]:
 
 
 def _build_error(e: BaseException) -> EngineBuildError:
-    return EngineBuildError(f"ONNX Runtime could not build the fused engine: {_first_line(e)}", _first_line(e))
+    return EngineBuildError(f"ONNX Runtime could not build the fused engine: {_first_line(e)}", _first_line(e),
+                            str(e).strip())
 
 
 def _run_error(e: BaseException) -> EngineRunError:
-    return EngineRunError(f"ONNX Runtime failed running the fused engine: {_first_line(e)}", _first_line(e))
+    return EngineRunError(f"ONNX Runtime failed running the fused engine: {_first_line(e)}", _first_line(e),
+                          str(e).strip())
 
 
 def validate_basics(config: EngineConfig) -> None:
@@ -120,7 +122,8 @@ def fp16_model_path(model_path: Path, workdir: Path, keep_fp32: Collection[str] 
         converted = convert_float_to_float16(model, keep_io_types=True, node_block_list=keep or None)
     except Exception as e:  # the converter asserts on models it cannot handle
         raise EngineBuildError(f"could not convert the model to fp16: {_first_line(e)}", _first_line(e)) from None
-    _save_model(converted, cached)
+    # weights outside when the source keeps them outside: never one big proto of a big model
+    _save_any(converted, cached, 0 if _uses_external_data_file(model_path) else _threshold())
     return cached
 
 
