@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import shutil
 from pathlib import Path
 from typing import Iterator, Optional
@@ -77,9 +78,21 @@ def locations(model: onnx.ModelProto) -> list[str]:
     return list(dict.fromkeys(location_of(t) for t in all_tensors(model) if is_external(t)))
 
 
+_CONTENT_NAMED = re.compile(rf"^{WEIGHTS_DIR}/[0-9a-f]{{16}}_")
+
+
 def register(model: onnx.ModelProto, base: Path) -> None:
-    """Say that the locations of `model` are relative to `base` (in this process)."""
+    """Say that the locations of `model` are relative to `base` (in this process).
+
+    A user's location (`model.onnx.data`) means the folder last loaded: one
+    process triages one model at a time. A session's content-named location
+    keeps the folder it was first registered with while its file is there (a
+    subgraph's folder holding a link to the same bytes must not take over: it
+    may be gone when the whole model runs next)."""
     for loc in locations(model):
+        old = _BASES.get(loc)
+        if old and _CONTENT_NAMED.match(loc) and (Path(old) / loc).is_file():
+            continue
         _BASES[loc] = str(Path(base).resolve())
 
 
@@ -106,9 +119,6 @@ def load(path: Path) -> onnx.ModelProto:
     if has_external_data(model):
         check_locations(model, path.parent)
         register(model, path.parent)
-    else:
-        # no external data: nothing more to read (load_external_data=False read it all)
-        pass
     return model
 
 

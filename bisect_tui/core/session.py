@@ -4,6 +4,8 @@ Layout (every file written atomically; later steps only add files):
 
     session.json            model source + hash, input options, state of each step
     model.onnx              the prepared model (every node named) all engines read
+    weights/                external data only: verified copies of the model's data files,
+                            <sha256 prefix>_<name>, which model.onnx refers to (core/external_data.py)
     input.npz               the exact inputs, leading samples axis
     input_source.json       seed or source file the inputs came from
     baseline/               layer_{index:04d}_{op}_{tensor}.npy, manifest.json (last), run.json
