@@ -43,7 +43,11 @@ def main():
         spec = json.load(fh)
     marks = list(args.mark) + (list(spec["workaround_marks"]) if args.workaround else [])
     core = ov.Core()
-    model = core.read_model(os.path.join(HERE, spec["model"]))
+    try:
+        model = core.read_model(os.path.join(HERE, spec["model"]))
+    except Exception as exc:  # the front end cannot convert it: the bug is present (its whole message)
+        print("OpenVINO could not read the model:\n%s" % str(exc).strip())
+        return 1
     if marks:
         model.add_outputs(marks)
     props = dict(spec["properties"])
@@ -51,7 +55,7 @@ def main():
     try:
         compiled = core.compile_model(model, spec["device"], props)
     except Exception as exc:  # the engine does not even build: the bug is present
-        print("OpenVINO failed to compile the model: %s" % str(exc).splitlines()[0])
+        print("OpenVINO failed to compile the model:\n%s" % str(exc).strip())
         return 1
     used = compiled.get_property("INFERENCE_PRECISION_HINT")
     print("openvino %s, device %s, inference precision %s, marked %s"
