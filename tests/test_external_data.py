@@ -135,7 +135,7 @@ def test_reused_weights_are_verified_and_other_weights_are_another_model(tmp_pat
     assert code == 2 and "another model" in err
 
 
-def test_bisect_names_the_culprit_of_an_external_data_model(tmp_path, capsys):
+def test_bisect_names_the_culprit_of_an_external_data_model(tmp_path, capsys, serialize_spy):
     model = save_external(gelu_mlp(), tmp_path / "user" / "mlp.onnx", "weights/mlp.weights")
     js = tmp_path / "bisect.json"
     code, out, err = run(["bisect", model, "--session", tmp_path / "s", "--json", js,
@@ -151,6 +151,9 @@ def test_bisect_names_the_culprit_of_an_external_data_model(tmp_path, capsys):
     assert w["full_engine"]["passed"]
     big = [p for p in (tmp_path / "s").rglob("*.onnx") if p.stat().st_size > 100_000]
     assert not big, big
+    # no build, mark or extraction of the search serialized the model with its weights
+    # (a culprit's subgraph may hold its own small weights: never all 3 MB)
+    assert serialize_spy and max(serialize_spy) < 3 * N * N * 4
 
 
 def test_unregistered_external_data_is_one_error_not_a_runtime_message(tmp_path):
