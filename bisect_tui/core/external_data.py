@@ -200,7 +200,10 @@ def session_name(rec: dict) -> str:
     """`weights/<digest>_<file name>`: the content names the file."""
     from bisect_tui.core.graph import safe_name
 
-    return f"{WEIGHTS_DIR}/{rec['sha256'][:16]}_{safe_name(Path(rec['location']).name, 60)}"
+    name = safe_name(Path(rec["location"]).name, 60)
+    prefix = rec["sha256"][:16] + "_"
+    # a session's own prepared model given as the model: its files already carry the digest
+    return f"{WEIGHTS_DIR}/{name if name.startswith(prefix) else prefix + name}"
 
 
 def copy_in(src: Path, dest: Path) -> None:

@@ -34,7 +34,6 @@ from bisect_tui.core.onnx_files import (
     first_line as _first_line,
     load_model as _load,
     model_size_estimate as _model_size_estimate,
-    uses_external_data as _uses_external_data,
     uses_external_data_file as _uses_external_data_file,
 )
 from bisect_tui.core.onnx_files import save_model as _save_any
@@ -293,7 +292,7 @@ def marking_base(path: Path) -> tuple:
     # marks go in untyped: ORT types each from the node that makes it, fp16 ones too,
     # so the marked builds need no shape inference (0.07 s on a 5,000-node model)
     entry = (model, _existing_tensors(model), {})
-    if key[2] <= _BASE_CACHE_MAX_BYTES and not _uses_external_data(model):
+    if key[2] <= _BASE_CACHE_MAX_BYTES:  # with external data the proto holds no weights: small
         _BASE_CACHE.clear()  # one model at a time: the search's
         _BASE_CACHE[key] = entry
     return entry
