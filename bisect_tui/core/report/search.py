@@ -230,6 +230,8 @@ def searched_text(b: dict, fused_count: Optional[int] = None) -> str:
     if b.get("verdict") == "pass" and not b.get("units"):
         n = f"all {fused_count} of its fused nodes" if fused_count is not None else "its fused nodes"
         return f"the full engine passes with {n} at level {b.get('level')}, so nothing was searched"
+    if b.get("verdict") == "engine_error":
+        return "nothing to search: the engine did not build or run the model in any configuration tried"
     er = b.get("error_region")
     if er and not b.get("units"):
         return f"searched at level {b.get('level')} over {er['searched']} original nodes by marking (no optimized graph)"
