@@ -25,8 +25,14 @@ from bisect_tui.core.cancel import Progress
 FALLBACK_VERDICTS = ("no_culprit", "not_fusion")
 
 
-def wanted(search: dict, culprits: list) -> bool:
-    return not culprits and search.get("verdict") in FALLBACK_VERDICTS
+def wanted(search: dict, culprits: list, amplifies: bool = False) -> bool:
+    """Nothing blamed, and not a model that amplifies rounding (there disabling passes
+    only restores the unfused FP32 order, which the local judgement already weighed:
+    such passes are not switched off, as in the fixpoint). An engine error is searched
+    whatever the sensitivity says."""
+    if culprits or search.get("verdict") not in FALLBACK_VERDICTS:
+        return False
+    return bool(search.get("engine_error")) or not (amplifies or search.get("local_judgement"))
 
 
 def _short(names: list[str]) -> str:
