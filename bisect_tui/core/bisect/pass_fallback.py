@@ -25,14 +25,20 @@ from bisect_tui.core.cancel import Progress
 FALLBACK_VERDICTS = ("no_culprit", "not_fusion")
 
 
-def wanted(search: dict, culprits: list, amplifies: bool = False) -> bool:
+def wanted(search: dict, culprits: list, amplifies: bool = False, precision: str = "fp32") -> bool:
     """Nothing blamed, and not a model that amplifies rounding (there disabling passes
     only restores the unfused FP32 order, which the local judgement already weighed:
     such passes are not switched off, as in the fixpoint). An engine error is searched
-    whatever the sensitivity says."""
+    whatever the sensitivity says. A reduced-precision engine whose error stays with
+    every fusion blocked goes to the keep-set search instead (precision is the likely
+    cause there, and the keep-set proves or refutes it)."""
     if culprits or search.get("verdict") not in FALLBACK_VERDICTS:
         return False
-    return bool(search.get("engine_error")) or not (amplifies or search.get("local_judgement"))
+    if search.get("engine_error"):
+        return True
+    if search["verdict"] == "not_fusion" and precision != "fp32":
+        return False
+    return not (amplifies or search.get("local_judgement"))
 
 
 def _short(names: list[str]) -> str:

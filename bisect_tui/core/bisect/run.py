@@ -174,7 +174,7 @@ def _run(triage, bis, probe, max_builds: int, max_culprits: int) -> dict:
         stopped = str(exc)
     workaround: Optional[Workaround] = None
     fallback = None
-    if pass_fallback.wanted(search, culprits, bis.amplifies()) and not stopped:
+    if pass_fallback.wanted(search, culprits, bis.amplifies(), bis.config.precision) and not stopped:
         try:
             fallback = pass_fallback.run_pass_fallback(triage, bis, search)
         except BuildBudgetExceeded as exc:
