@@ -121,7 +121,7 @@ def iso_abs(iso: dict) -> str:
 def culprits_section(b: dict, engine: str = "") -> Section:
     """Each culprit's row (raw names, formatted numbers), evidence lines and worst elements."""
     culprits = b.get("culprits") or []
-    rows = tuple((i, c["fused_node"], c["op_type"], tuple(c["original_nodes"]), ", ".join(c["optimizers"]) or "?",
+    rows = tuple((i, c["fused_node"] or "-", c["op_type"], tuple(c["original_nodes"]), ", ".join(c["optimizers"]) or "?",
                   iso_abs(c["isolated"]), ratio_text(next(iter(c["isolated"]["outputs"].values()), {})))
                  for i, c in enumerate(culprits, 1))
     return Section("Culprits", table=Table(
