@@ -212,6 +212,10 @@ def test_an_engine_that_never_builds_is_not_blamed_on_a_kernel(tmp_path):
     b = js["bisect"]
     assert rc == 6 and b["verdict"] == "engine_error" and not b["culprits"]
     assert "cannot build this model" in b["explanation"] and "OpConversionFailure" in b["explanation"]
+    # marking changes nothing here: parts of the graph built alone name the node the engine cannot take
+    iso = b["engine_error"]["isolated"]
+    assert iso["node"] == "det" and iso["op_type"] == "Det" and iso["alone"] is True
+    assert "node 'det' (Det)" in b["explanation"]
     assert "differs without fusion" not in out and "differs without fusion" not in md
     assert "cannot build or run this model" in md
 

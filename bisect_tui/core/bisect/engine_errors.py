@@ -107,3 +107,89 @@ def region_search(search, result: dict, level: str) -> dict:
     if stopped:
         result["stopped"] = stopped
     return result
+
+
+MAX_ISOLATION_BUILDS = 24
+
+
+def isolate_failing_node(triage, config, out_dir, kind: str = "build_error") -> Optional[dict]:
+    """Where marking changes nothing (the engine fails with every tensor marked
+    too), subgraphs are built alone instead: the shortest prefix of the graph
+    (in topological order) whose build or run fails, then its last node alone,
+    fed the baseline's own tensors. Returns {"node", "op_type", "alone", "message",
+    "builds"}, or None when no prefix fails alone (the failure needs the whole
+    model) or the graph cannot be cut (nested graphs reading outer tensors). Only a
+    failure of the same `kind` counts (a cut graph that builds, then fails on how it
+    was fed, says nothing about a build error)."""
+    import numpy as np
+
+    from bisect_tui.core import atomic
+    from bisect_tui.core.baseline_store import load_tensor
+    from bisect_tui.core.bisect.isolate import extract_subgraph, value_types
+    from bisect_tui.core.errors import EngineBuildError, EnvironmentFault
+
+    index, model = triage.info.index, triage.info.model
+    nodes = [n for n in index.nodes if n.output]
+    if not nodes:
+        return None
+    types = value_types(triage)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    builds = 0
+
+    def feed(name: str):
+        if name in triage.inputs.arrays:
+            return np.asarray(triage.inputs.arrays[name][0], order="C")
+        return np.asarray(load_tensor(triage.session, triage.baseline.manifest, name)[0], order="C")
+
+    def failure(names: list[str]) -> Optional[str]:
+        """The engine's message when the subgraph of `names` fails to build or run."""
+        nonlocal builds
+        inside = set(names)
+        outs = [t for n in names for t in index.by_name[n].output if t and t in types and
+                (t in index.graph_outputs or any(c not in inside for c in index.consumers.get(t, [])))]
+        if not outs:
+            outs = [t for t in index.by_name[names[-1]].output if t in types]
+        sub, ins = extract_subgraph(model, names, outs, types)
+        path = out_dir / f"nodes_{len(names)}_{len(names) and index.order[names[0]]}.onnx"
+        atomic.write_bytes(path, sub.SerializeToString())
+        builds += 1
+        try:
+            built = triage.engine.build(path, config, (), None)
+        except EnvironmentFault:
+            raise
+        except EngineBuildError as exc:
+            return exc.engine_message if exc.kind == kind else None
+        try:
+            if kind == "run_error":
+                built.run({i: feed(i) for i in ins})
+        except EngineBuildError as exc:
+            return exc.engine_message if exc.kind == kind else None
+        finally:
+            built.close()
+        return None
+
+    names = [n.name for n in nodes]
+    try:
+        lo, hi = 0, len(names) - 1
+        last = failure(names)
+        if last is None:
+            return None  # cut into a graph of its own, the whole model builds: the failure needs the model
+        while lo < hi and builds < MAX_ISOLATION_BUILDS:
+            mid = (lo + hi) // 2
+            msg = failure(names[: mid + 1])
+            if msg is None:
+                lo = mid + 1
+            else:
+                hi, last = mid, msg
+        node = index.by_name[names[lo]]
+        alone = failure([node.name]) if lo > 0 else last
+    except (KeyError, ValueError, TypeError, onnx_errors()):
+        return None  # a tensor without a dumped type, a nested graph reading outer tensors
+    return {"node": node.name, "op_type": node.op_type, "alone": alone is not None,
+            "message": alone if alone is not None else last, "builds": builds}
+
+
+def onnx_errors() -> tuple:
+    import onnx
+
+    return (onnx.checker.ValidationError,) if hasattr(onnx.checker, "ValidationError") else ()

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from bisect_tui.core.bisect import pass_fallback, verdicts
+from bisect_tui.core.bisect import engine_errors, pass_fallback, verdicts
 from bisect_tui.core.bisect.attribution import find_workaround
 from bisect_tui.core.bisect.findings import Findings, amplified
 from bisect_tui.core.bisect.precision import precision_search, rank_candidates
@@ -224,6 +224,13 @@ def _run(triage, bis, probe, max_builds: int, max_culprits: int) -> dict:
         verdict = "culprits"
     elif not culprits and verdicts.engine_cannot_build(search, precision):
         verdict = "engine_error"
+        triage.progress(Progress("bisect", "the engine fails with every fusion blocked: building parts of the "
+                                           "graph alone to find the node it cannot take"))
+        iso = engine_errors.isolate_failing_node(triage, bis.config, triage.session.bisect_dir / "engine_error",
+                                                 search["engine_error"]["kind"])
+        if iso is not None:
+            search["engine_error"]["isolated"] = iso
+            bis.subgraph_builds += iso["builds"]
         search["explanation"] = verdicts.engine_error(search)
     record = BisectResult(
         search=search, culprits=tuple(culprits), layers=layers, workaround=workaround, precision=precision,

@@ -70,6 +70,13 @@ def engine_error(search: dict) -> str:
     what = "build" if err.get("kind") == "build_error" else "run"
     tried = search.get("pass_bisection") or {}
     passes = (f", nor with all {tried['candidates']} of its passes disabled" if tried.get("candidates") else "")
+    iso = err.get("isolated") or {}
+    where = ""
+    if iso:
+        where = (f"; built alone, node '{iso['node']}' ({iso['op_type']}) fails too: {iso['message']}"
+                 if iso["alone"] else
+                 f"; the graph up to node '{iso['node']}' ({iso['op_type']}) is the shortest part that fails: "
+                 f"{iso['message']}")
     return (f"the engine cannot {what} this model: it fails with every fusion blocked (all tensors marked)"
             f"{passes}, so no fused node, pass or kernel is to blame; the engine's message: "
-            f"{err.get('message') or 'none'}")
+            f"{err.get('message') or 'none'}{where}")
