@@ -124,7 +124,7 @@ def _bisect(tmp_path: Path, model: onnx.ModelProto, *extra: str) -> tuple[int, d
     js, md = tmp_path / "out.json", tmp_path / "report.md"
     proc = subprocess.run(
         [sys.executable, "-m", "bisect_tui.cli", "bisect", str(path), "--session", str(tmp_path / "s"),
-         "--json", str(js), "--report", str(md), "-q", *extra],
+         "--json", str(js), "--report", str(md), "--bundle", str(tmp_path / "bundle.zip"), "-q", *extra],
         capture_output=True, text=True, timeout=300, cwd=Path(__file__).resolve().parents[1])
     assert proc.returncode in (0, 1, 6), proc.stderr[-2000:] + proc.stdout[-2000:]
     return proc.returncode, json.loads(js.read_text()), proc.stdout, md.read_text()
@@ -168,6 +168,7 @@ def test_build_error_divmul_is_bisected_to_its_nodes_and_passes(tmp_path):
     m = div_mul_model()
     assert np.allclose(_plain(m, "ORT_ENABLE_ALL", w["disabled_optimizers"]), _plain(m, "ORT_DISABLE_ALL"), atol=1e-4)
     assert "DivMulFusion" in md and "cast_same" in md and "does not build" in out
+    _unzip_and_check_repro(tmp_path, "DivMulFusion")  # the repro fails to build as configured
     assert "0 fused nodes" not in out
 
 
@@ -199,6 +200,21 @@ def test_in_place_rewrite_is_found_by_pass_bisection(tmp_path):
     assert b["pass_bisection"]["builds"] <= int(np.ceil(np.log2(b["pass_bisection"]["candidates"]))) + 3
     assert b["workaround"]["disabled_optimizers"] == ["GeluApproximation"]
     assert "GeluApproximation" in md
+    # the bundle's repro runs the whole model with plain onnxruntime: 1 as configured, 0 with the pass off
+    _unzip_and_check_repro(tmp_path, "GeluApproximation")
+
+
+def _unzip_and_check_repro(tmp_path: Path, disable: str) -> None:
+    import zipfile
+
+    with zipfile.ZipFile(tmp_path / "bundle.zip") as z:
+        z.extractall(tmp_path / "bundle")
+    script = tmp_path / "bundle" / "repro" / "repro.py"
+    bug = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    fixed = subprocess.run([sys.executable, str(script), "--disable", disable], capture_output=True, text=True,
+                           timeout=120)
+    assert bug.returncode == 1, bug.stdout + bug.stderr
+    assert fixed.returncode == 0 and "within tolerance" in fixed.stdout, fixed.stdout + fixed.stderr
 
 
 def test_an_engine_that_never_builds_is_not_blamed_on_a_kernel(tmp_path):

@@ -93,7 +93,7 @@ def run_pass_fallback(triage, bis, search: dict) -> Optional[dict]:
         attribution={"confirmed": names, "tags": [], "candidates": [],
                      "how": f"pass bisection (group testing over {r['candidates']} passes, {len(steps)} builds)",
                      "pass_search": record},
-        isolated={"outputs": {}}, worst_elements=[], engine_error=err,
+        isolated=_whole_model_repro(triage), worst_elements=[], engine_error=err,
     )
     disabled = sorted(set(bis.config.disabled_passes) | set(found))
     full = {DISABLED_KEY: disabled, "passed": True, "ratio": proof.ratio, "max_abs": proof.max_abs,
@@ -125,3 +125,33 @@ def _nodes_changed(bis, search: dict, proof, err: Optional[dict]) -> tuple[list[
                        if region and named else "the smallest failing region of marks" if region
                        else "the nodes the engine's message names")
     return [], "not found: the engine's optimized graphs show no change that maps to original nodes"
+
+
+MAX_REPRO_MODEL = 256 << 20  # a bigger model is named in the report, not copied into the bundle
+
+
+def _whole_model_repro(triage) -> dict:
+    """A pass culprit has no region to extract: the bundle's repro runs the whole
+    prepared model on the session's inputs against the baseline's outputs (the
+    engine's repro script, with the workaround as its switch). Without the files
+    (a large model, a baseline tensor missing) the bundle holds the report only."""
+    import numpy as np
+
+    from bisect_tui.core import atomic
+    from bisect_tui.core.baseline_store import load_tensor
+
+    src = triage.session.model_path
+    out_dir = triage.session.bisect_dir / "pass_culprit"
+    outputs = list(triage.info.outputs)
+    try:
+        if src.stat().st_size > MAX_REPRO_MODEL:
+            return {"outputs": {}, "whole_model": "not copied: over 256 MB"}
+        expected = {o: np.asarray(load_tensor(triage.session, triage.baseline.manifest, o)) for o in outputs}
+        out_dir.mkdir(parents=True, exist_ok=True)
+        atomic.write_bytes(out_dir / "subgraph.onnx", src.read_bytes())
+        atomic.save_npz(out_dir / "inputs.npz", dict(triage.inputs.arrays))
+        atomic.save_npz(out_dir / "expected.npz", expected)
+    except (OSError, KeyError, ValueError) as exc:
+        return {"outputs": {}, "whole_model": f"not written: {exc}"}
+    return {"subgraph": str(out_dir / "subgraph.onnx"), "subgraph_inputs": list(triage.inputs.arrays),
+            "subgraph_outputs": outputs, "nodes": [], "outputs": {}, "whole_model": True}
