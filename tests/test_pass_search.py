@@ -75,3 +75,37 @@ def test_asked_sets_are_cached():
     ps = PassSearch(oracle([{"b"}], calls))
     assert ps.ask(["a", "b"]) and ps.ask(["b", "a"])
     assert len(calls) == 1
+
+
+def test_graph_diff_names_the_original_nodes_a_pass_changed(tmp_path):
+    import numpy as np
+    import onnx
+    from onnx import TensorProto as T
+    from onnx import helper as h
+    from onnx import numpy_helper as nh
+
+    from bisect_tui.core.bisect.graph_diff import changed_original_nodes
+    from bisect_tui.core.graph import GraphIndex
+
+    def model(nodes, inits=()):
+        g = h.make_graph(nodes, "g", [h.make_tensor_value_info("x", T.FLOAT, [2])],
+                         [h.make_tensor_value_info("out", T.FLOAT, [2])], list(inits))
+        return h.make_model(g, opset_imports=[h.make_opsetid("", 17), h.make_opsetid("com.microsoft", 1)])
+
+    k = nh.from_array(np.ones(2, np.float32), "k")
+    original = model([h.make_node("Relu", ["x"], ["a"], name="r"),
+                      h.make_node("Gelu", ["a"], ["g"], name="act", domain="com.microsoft"),
+                      h.make_node("Neg", ["k"], ["kn"], name="fold_me"),
+                      h.make_node("Add", ["g", "kn"], ["out"], name="add")], [k])
+    index = GraphIndex.build(original)
+    # with the pass: Gelu rewritten in place (same tensors, another op), the constant branch folded
+    with_pass = model([h.make_node("Relu", ["x"], ["a"], name="r"),
+                       h.make_node("FastGelu", ["a"], ["g"], name="FastGelu", domain="com.microsoft"),
+                       h.make_node("Add", ["g", "kn"], ["out"], name="add_renamed")],
+                      [nh.from_array(-np.ones(2, np.float32), "kn")])
+    onnx.save(original, tmp_path / "without.onnx")
+    onnx.save(with_pass, tmp_path / "with.onnx")
+    assert changed_original_nodes(tmp_path / "with.onnx", tmp_path / "without.onnx", index) == ["act", "fold_me"]
+    assert changed_original_nodes(tmp_path / "without.onnx", tmp_path / "without.onnx", index) == []
+    (tmp_path / "runtime.json").write_text("{}")
+    assert changed_original_nodes(tmp_path / "runtime.json", tmp_path / "without.onnx", index) is None

@@ -25,9 +25,11 @@ def _signature(n: onnx.NodeProto) -> tuple:
 
 def _load(path) -> Optional[onnx.ModelProto]:
     try:
-        return onnx.load(str(Path(path)), load_external_data=False)
+        m = onnx.load(str(Path(path)), load_external_data=False)
     except Exception:  # noqa: BLE001  (not an ONNX graph: another engine's runtime graph)
         return None
+    # protobuf parses some other bytes (a JSON runtime graph) as an empty message
+    return m if m.ir_version and m.graph.node else None
 
 
 def changed_original_nodes(with_pass, without_pass, index) -> Optional[list[str]]:
