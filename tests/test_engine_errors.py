@@ -186,6 +186,7 @@ def test_run_error_simplified_layernorm_is_its_fused_node(tmp_path):
     w = b["workaround"]
     assert w["disabled_optimizers"] == ["SimplifiedLayerNormFusion"] and w["full_engine"]["passed"]
     assert "SimplifiedLayerNormFusion" in md and "rms_scale" in md
+    _unzip_and_check_repro(tmp_path, "SimplifiedLayerNormFusion")  # the fused region alone fails running
 
 
 def test_in_place_rewrite_is_found_by_pass_bisection(tmp_path):
