@@ -109,3 +109,18 @@ def test_graph_diff_names_the_original_nodes_a_pass_changed(tmp_path):
     assert changed_original_nodes(tmp_path / "without.onnx", tmp_path / "without.onnx", index) == []
     (tmp_path / "runtime.json").write_text("{}")
     assert changed_original_nodes(tmp_path / "runtime.json", tmp_path / "without.onnx", index) is None
+
+
+def test_when_the_pass_bisection_runs():
+    from bisect_tui.core.bisect.pass_fallback import wanted
+
+    err = {"kind": "build_error", "message": "x"}
+    assert wanted({"verdict": "no_culprit"}, [])
+    assert wanted({"verdict": "not_fusion"}, [])  # FP32: an in-place rewrite marking cannot block
+    assert not wanted({"verdict": "not_fusion"}, [], precision="fp16")  # the keep-set search's case
+    assert wanted({"verdict": "not_fusion", "engine_error": err}, [], precision="fp16")
+    assert not wanted({"verdict": "no_culprit"}, [], amplifies=True)  # amplified rounding is not switched off
+    assert not wanted({"verdict": "no_culprit", "local_judgement": {}}, [])
+    assert wanted({"verdict": "no_culprit", "engine_error": err}, [], amplifies=True)
+    assert not wanted({"verdict": "culprits"}, [])
+    assert not wanted({"verdict": "no_culprit"}, ["a culprit"])
