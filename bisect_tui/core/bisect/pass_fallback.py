@@ -38,7 +38,7 @@ def wanted(search: dict, culprits: list, amplifies: bool = False, precision: str
         return True
     if search["verdict"] == "not_fusion" and precision != "fp32":
         return False
-    return not (amplifies or search.get("local_judgement"))
+    return not (amplifies or "local_judgement" in search)
 
 
 def _short(names: list[str]) -> str:
