@@ -34,7 +34,8 @@ from bisect_tui.options import options_from_args  # noqa: F401  (re-exported: `b
 
 EPILOG = """exit codes: 0 within tolerance / nothing to find, 1 tolerance broken / culprits found,
 2 usage or bad input, 3 baseline not deterministic, 4 NaN/Inf in the baseline,
-5 environment fault (disk full, permission), 70 internal error (a bug, see the log), 130 interrupted"""
+5 environment fault (disk full, permission), 6 bisect: the engine cannot build or run the model at all,
+70 internal error (a bug, see the log), 130 interrupted"""
 
 def build_parser() -> argparse.ArgumentParser:
     p = Parser(

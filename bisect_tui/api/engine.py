@@ -210,6 +210,15 @@ class EngineBase:
         """The passes the engine's own log says changed this model; None: no log."""
         return None
 
+    def pass_plan(self, model_path: Path, config: EngineConfig) -> Optional[dict]:
+        """The passes the pass bisection may switch off for `config` (the fallback
+        when no fused node can be blamed): {"passes": names the engine accepts for
+        disabling, in the order it runs them, "groups": {container: [member
+        names]} for a pass that is a group of smaller ones, "ran": those its log
+        shows ran on this model, "source": where the list came from}. Learnt from
+        the installed engine, never a hand list; None: this engine cannot list them."""
+        return None
+
     def pass_log_note(self, found: str, logged: Sequence[str]) -> Optional[str]:
         """Why `found` may be missing from the engine's log of `logged` passes."""
         return None

@@ -21,6 +21,7 @@ class ExitCode(enum.IntEnum):
     NONDETERMINISTIC = 3  # baseline differs between two runs
     NAN_INF = 4  # NaN/Inf in the baseline
     ENVIRONMENT = 5  # the machine failed us: disk full, file too large, permission denied
+    ENGINE = 6  # bisect: the engine under test cannot build or run the model at all (nothing to blame)
     INTERNAL = 70  # a bug in bisect-tui (traceback in the session's log), never a verdict
     CANCELLED = 130  # interrupted by the user; the session directory can be resumed
 

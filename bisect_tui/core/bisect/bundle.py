@@ -40,7 +40,7 @@ def write_bundle(dest: Path, culprits: list[dict], config: dict, tolerance: dict
                 outputs=list(iso.get("subgraph_outputs") or []), tolerance=tol,
                 reference={"file": "expected.npz", "name": reference_name},
                 workaround=workaround,
-                extra={"version": version, "op_type": culprit["op_type"], "fused_node": culprit["fused_node"],
+                extra={"version": version, "op_type": culprit["op_type"], "fused_node": culprit["fused_node"] or "the whole model",
                        "optimizers": culprit["optimizers"], "original_nodes": culprit["original_nodes"],
                        "inputs": list(iso.get("subgraph_inputs") or [])},
             )

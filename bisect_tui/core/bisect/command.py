@@ -12,6 +12,8 @@ from bisect_tui.core.escape import term
 
 
 def bisect_exit(result: dict) -> ExitCode:
+    if result["verdict"] == "engine_error":
+        return ExitCode.ENGINE
     return ExitCode.OK if result["verdict"] == "pass" else ExitCode.TOLERANCE
 
 

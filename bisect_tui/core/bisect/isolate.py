@@ -20,7 +20,7 @@ from onnx import helper
 from bisect_tui.core import atomic
 from bisect_tui.core.baseline_store import load_tensor, manifest_index
 from bisect_tui.core.bisect.units import Unit
-from bisect_tui.core.errors import EnvironmentFault, UserError
+from bisect_tui.core.errors import EngineRunError, EnvironmentFault, UserError
 from bisect_tui.core.graph import node_inputs
 from bisect_tui.core.metrics import compare
 from bisect_tui.core.reference import Float64Reference, UnfusedModel
@@ -156,6 +156,10 @@ def isolate(triage, units: list[Unit], config, out_dir: Path) -> dict:
         fused_map = [f.to_dict() for f in built.fused_nodes if f.is_fused]
         res_fused = [built.run({i: np.asarray(a[k], order="C") for i, a in stacked.items()})
                      for k in range(samples)]
+    except EngineRunError as exc:
+        # built, then failed on the baseline's own tensors: the run error reproduced in isolation
+        return {**base, "fused_in_isolation": fused_map, "run_error": exc.engine_message, "reproduces": True,
+                "fused_worse_than_fp32": None, "outputs": {}}
     finally:
         built.close()
     tol = triage.opts.tolerance.default

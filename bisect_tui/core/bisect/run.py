@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from bisect_tui.core.bisect import verdicts
+from bisect_tui.core.bisect import engine_errors, pass_fallback, verdicts
 from bisect_tui.core.bisect.attribution import find_workaround
 from bisect_tui.core.bisect.findings import Findings, amplified
 from bisect_tui.core.bisect.precision import precision_search, rank_candidates
@@ -173,7 +173,18 @@ def _run(triage, bis, probe, max_builds: int, max_culprits: int) -> dict:
     except BuildBudgetExceeded as exc:
         stopped = str(exc)
     workaround: Optional[Workaround] = None
-    if culprits:
+    fallback = None
+    if pass_fallback.wanted(search, culprits, bis.amplifies(), bis.config.precision) and not stopped:
+        try:
+            fallback = pass_fallback.run_pass_fallback(triage, bis, search)
+        except BuildBudgetExceeded as exc:
+            stopped = str(exc)
+        if fallback is not None:
+            search["pass_bisection"] = fallback["record"]
+            if fallback["culprit"] is not None:
+                culprits.append(fallback["culprit"])
+                workaround = fallback["workaround"]
+    if culprits and workaround is None:
         triage.progress(Progress("workaround", "testing the full engine with passes disabled"))
         try:
             workaround = Workaround.from_json(find_workaround(bis, all_groups, all_attr))
@@ -183,7 +194,8 @@ def _run(triage, bis, probe, max_builds: int, max_culprits: int) -> dict:
         workaround = workaround.with_best_effort((search.get("full_engine") or {}).get("ratio"),
                                                  verdicts.AMPLIFIED_BEST_EFFORT)
     precision = None
-    want_precision = bis.config.precision != "fp32" and (
+    proven_by_passes = bool((fallback or {}).get("culprit"))
+    want_precision = bis.config.precision != "fp32" and not proven_by_passes and (
         search["verdict"] == "not_fusion" or (workaround is not None and workaround.kind is None))
     caps = triage.engine.capabilities
     keepset = caps is None or caps.keep_high_precision
@@ -207,8 +219,19 @@ def _run(triage, bis, probe, max_builds: int, max_culprits: int) -> dict:
     suspects = set((search.get("probe") or {}).get("suspects", []))
     found_idx = {i for c in search.get("culprits", []) for i in c}
     verdict = None
-    if culprits and search["verdict"] in ("no_culprit", "not_fusion") and search.get("engine_error"):
+    if culprits and search["verdict"] in ("no_culprit", "not_fusion") and (
+            search.get("engine_error") or (fallback or {}).get("culprit")):
         verdict = "culprits"
+    elif not culprits and verdicts.engine_cannot_build(search, precision):
+        verdict = "engine_error"
+        triage.progress(Progress("bisect", "the engine fails with every fusion blocked: building parts of the "
+                                           "graph alone to find the node it cannot take"))
+        iso = engine_errors.isolate_failing_node(triage, bis.config, triage.session.bisect_dir / "engine_error",
+                                                 search["engine_error"]["kind"])
+        if iso is not None:
+            search["engine_error"]["isolated"] = iso
+            bis.subgraph_builds += iso["builds"]
+        search["explanation"] = verdicts.engine_error(search)
     record = BisectResult(
         search=search, culprits=tuple(culprits), layers=layers, workaround=workaround, precision=precision,
         steps=tuple(bis.steps) + tuple(extra_steps), engine_builds=bis.builds + extra_builds,
@@ -222,7 +245,8 @@ def _run(triage, bis, probe, max_builds: int, max_culprits: int) -> dict:
     # the report, the app and the summary read the result as JSON (its keys: docs/bisect.md)
     result = record.to_json()
     triage.session.write_json("bisect/result.json", result)
-    state = {"pass": "passed", "culprits": "failed", "not_fusion": "failed", "no_culprit": "failed"}
+    state = {"pass": "passed", "culprits": "failed", "not_fusion": "failed", "no_culprit": "failed",
+             "engine_error": "failed"}
     triage.session.mark_step("bisect", state.get(result["verdict"], "failed"), verdict=result["verdict"],
                              culprits=len(culprits))
     return result

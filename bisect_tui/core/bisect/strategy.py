@@ -260,6 +260,7 @@ class Search(Trials):
         result["full_engine"] = full.to_json()
         if full.error_kind:
             result["engine_error"] = {"kind": full.error_kind, "message": full.error}
+            probe_fn = None  # the probe runs the failing program too
         if full.passed:
             result.update(verdict="pass", culprits=[], units=[], level=self.config.level)
             return self._finish(result, t0)
@@ -276,6 +277,13 @@ class Search(Trials):
             # the failing engine has no optimized graph to map; the engine with
             # every fusion blocked is the reference the region search needs
             units, optimized = [], None
+            if result.get("engine_error") and blocked.passed:
+                from bisect_tui.core.bisect import engine_errors
+
+                units, optimized = engine_errors.failing_run_units(self, level) or ([], None)
+                result["engine_error"].update(engine_errors.named_in_error(full.error, self.index, units))
+                if not units:
+                    return self._finish(engine_errors.region_search(self, result, level), t0)
         result["units"] = [u.to_dict() for u in units]
         result["optimized_model"] = optimized
         unblocked = self._unblocked(result, blocked, units)

@@ -109,6 +109,8 @@ def region_text(units: list[Unit]) -> str:
     if len(units) == 1:
         return f"#{units[0].index} {units[0].fused_node}"
     idx = [u.index for u in units]
+    # the error region search's units are the original nodes themselves (engine_errors.node_units)
+    noun = "original nodes" if all(u.original_nodes == [u.fused_node] for u in units) else "fused nodes"
     if idx == list(range(idx[0], idx[-1] + 1)):
-        return f"#{idx[0]}..#{idx[-1]} ({len(units)} fused nodes)"
-    return f"{len(units)} fused nodes (#" + ", #".join(map(str, idx[:6])) + (", ..." if len(idx) > 6 else "") + ")"
+        return f"#{idx[0]}..#{idx[-1]} ({len(units)} {noun})"
+    return f"{len(units)} {noun} (#" + ", #".join(map(str, idx[:6])) + (", ..." if len(idx) > 6 else "") + ")"

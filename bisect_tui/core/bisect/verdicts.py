@@ -55,3 +55,28 @@ def judged_locally(factor: float, worse: int, reorders_only: int) -> str:
             f"fused node was judged alone on the baseline's own inputs against float64; {worse} are more than "
             f"{factor:g}x further from it than the unfused FP32 ops, the other {reorders_only} reorder "
             "rounding only")
+
+
+def engine_cannot_build(search: dict, precision) -> bool:
+    """The engine never ran: it fails to build or run with every fusion blocked
+    too, and no pass or precision setting made it build (nothing to blame)."""
+    blocked = search.get("all_blocked") or {}
+    return bool(search.get("engine_error") and blocked.get("error_kind")
+                and not (precision is not None and getattr(precision, "passed", False)))
+
+
+def engine_error(search: dict) -> str:
+    err = search.get("engine_error") or {}
+    what = "build" if err.get("kind") == "build_error" else "run"
+    tried = search.get("pass_bisection") or {}
+    passes = (f", nor with all {tried['candidates']} of its passes disabled" if tried.get("candidates") else "")
+    iso = err.get("isolated") or {}
+    where = ""
+    if iso:
+        where = (f"; built alone, node '{iso['node']}' ({iso['op_type']}) fails too: {iso['message']}"
+                 if iso["alone"] else
+                 f"; the graph up to node '{iso['node']}' ({iso['op_type']}) is the shortest part that fails: "
+                 f"{iso['message']}")
+    return (f"the engine cannot {what} this model: it fails with every fusion blocked (all tensors marked)"
+            f"{passes}, so no fused node, pass or kernel is to blame; the engine's message: "
+            f"{err.get('message') or 'none'}{where}")

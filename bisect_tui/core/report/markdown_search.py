@@ -16,7 +16,9 @@ from bisect_tui.core.report.words import BISECT_VERDICT, fmt
 
 
 def bisect_title(b: dict) -> str:
-    names = "; ".join(f"{c['op_type']} ({c['kind'].replace('_', ' ')} at this precision)"
+    names = "; ".join(f"{c['op_type']} ({c['kind'].replace('_', ' ')}: {', '.join(c['optimizers'])})"
+                      if (c.get("attribution") or {}).get("pass_search") else
+                      f"{c['op_type']} ({c['kind'].replace('_', ' ')} at this precision)"
                       if c.get("kind") in ("build_error", "run_error") and not c.get("fused_node") else
                       f"{c['op_type']} ({', '.join(c['optimizers']) or 'optimizer unknown'})"
                       for c in b.get("culprits") or [])

@@ -26,6 +26,8 @@ def passes_text(c: dict) -> str:
 def culprit_lines(c: dict, i: int, engine: str = "") -> list[str]:
     """`engine`: the engine's registry name, naming its own log when it kept one."""
     iso = c["isolated"]
+    if (c.get("attribution") or {}).get("pass_search"):
+        return pass_culprit_lines(c, i)
     if c.get("kind") in ("build_error", "run_error") and not c.get("fused_node"):
         what = "does not build" if c["kind"] == "build_error" else "fails while running"
         return [
@@ -57,6 +59,9 @@ def culprit_lines(c: dict, i: int, engine: str = "") -> list[str]:
         lines.insert(1, f"  the engine's message: {term(c['engine_error']['message'])}")
     if iso.get("build_error"):
         lines.append(f"  in isolation the fused subgraph does not even build: {term(iso['build_error'])}")
+    if iso.get("run_error"):
+        lines.append(f"  in isolation on the baseline's own inputs the fused subgraph fails the same way: "
+                     f"{term(iso['run_error'])}")
     for name, o in iso["outputs"].items():
         fu = o["fused_vs_unfused"]
         line = f"  in isolation on the baseline's own inputs, {term(name)}: fused vs unfused max_abs {fmt(fu['max_abs'])}"
@@ -77,6 +82,29 @@ def culprit_lines(c: dict, i: int, engine: str = "") -> list[str]:
     return lines
 
 
+def pass_culprit_lines(c: dict, i: int) -> list[str]:
+    """A culprit the pass bisection found: no fused node, the passes and the nodes they changed."""
+    ps = c["attribution"]["pass_search"]
+    err = c.get("engine_error") or {}
+    head = {"build_error": f"the fused engine does not build: {term(err.get('message') or '')}",
+            "run_error": f"the fused engine fails while running: {term(err.get('message') or '')}"}.get(
+        c["kind"], "a pass breaks tolerance without a fused node to blame (it rewrites in place, or marking "
+                   "cannot switch it off)")
+    found = ps.get("found") or []
+    lines = [f"culprit {i} ({c['kind']}): {head}",
+             f"  pass bisection over {ps['candidates']} passes ({ps['builds']} builds): disabling "
+             f"{term(', '.join(found))} makes the full engine pass"]
+    if ps.get("alternatives"):
+        every = [", ".join(s) for s in [found, *ps["alternatives"]]]
+        lines.append(f"  the failure needs each of: {term('; '.join(every))} (disabling any one of them makes the "
+                     "full engine pass)")
+    lines.append(f"  original nodes: {term(', '.join(c['original_nodes'])) or 'none found'} ({term(c['op_type'])}; "
+                 f"from {term(ps.get('original_nodes_from') or '?')})")
+    if err.get("names"):
+        lines.append(f"  the engine's message names: {term(', '.join(err['names']))}")
+    return lines
+
+
 def ratio_text(o: dict) -> str:
     if "error_ratio" not in o:
         return "-"
@@ -93,7 +121,7 @@ def iso_abs(iso: dict) -> str:
 def culprits_section(b: dict, engine: str = "") -> Section:
     """Each culprit's row (raw names, formatted numbers), evidence lines and worst elements."""
     culprits = b.get("culprits") or []
-    rows = tuple((i, c["fused_node"], c["op_type"], tuple(c["original_nodes"]), ", ".join(c["optimizers"]) or "?",
+    rows = tuple((i, c["fused_node"] or "-", c["op_type"], tuple(c["original_nodes"]), ", ".join(c["optimizers"]) or "?",
                   iso_abs(c["isolated"]), ratio_text(next(iter(c["isolated"]["outputs"].values()), {})))
                  for i, c in enumerate(culprits, 1))
     return Section("Culprits", table=Table(
@@ -202,6 +230,11 @@ def searched_text(b: dict, fused_count: Optional[int] = None) -> str:
     if b.get("verdict") == "pass" and not b.get("units"):
         n = f"all {fused_count} of its fused nodes" if fused_count is not None else "its fused nodes"
         return f"the full engine passes with {n} at level {b.get('level')}, so nothing was searched"
+    if b.get("verdict") == "engine_error":
+        return "nothing to search: the engine did not build or run the model in any configuration tried"
+    er = b.get("error_region")
+    if er and not b.get("units"):
+        return f"searched at level {b.get('level')} over {er['searched']} original nodes by marking (no optimized graph)"
     return f"searched at level {b.get('level')} over {len(b.get('units') or [])} fused nodes"
 
 

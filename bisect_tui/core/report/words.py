@@ -35,6 +35,7 @@ BISECT_VERDICT = {
     "culprits": "culprit(s) found",
     "not_fusion": "the error is not caused by a fusion that marking can switch off",
     "no_culprit": "no single fused node could be blamed",
+    "engine_error": "the engine cannot build or run this model at all (not a fused node's fault)",
 }
 
 

@@ -178,6 +178,9 @@ class OrtEngine(EngineBase):
     def modifying_passes(self, model_path: Path, config: EngineConfig) -> Optional[list[str]]:
         return passlog.modifying_passes(model_path, config)
 
+    def pass_plan(self, model_path: Path, config: EngineConfig) -> Optional[dict]:
+        return passlog.pass_plan(model_path, config)
+
     def pass_log_note(self, found: str, logged) -> Optional[str]:
         return pass_log_note(found, logged)
 

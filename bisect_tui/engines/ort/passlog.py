@@ -23,14 +23,13 @@ _STDERR_LOCK = threading.Lock()
 _MODIFIED_RE = re.compile(r"GraphTransformer (\S+) modified: 1")
 
 
-def modifying_passes(model_path: Path, config: EngineConfig) -> Optional[list[str]]:
-    """Names of the graph transformers ORT's own log says modified this model
-    (session log at INFO: "GraphTransformer X modified: 1"), in log order.
+def _session_log(model_path: Path, config: EngineConfig, severity: int = 1) -> Optional[str]:
+    """ORT's own session log for building `model_path` under `config` (the FP16
+    conversion included), or None when it could not be read.
 
     The log goes to the process's stderr from native code, so fd 2 is pointed
-    at a temp file for the session creation (under a lock). Rewrite rules run
-    inside `Level<N>_RuleBasedTransformer` and are logged under that name.
-    None when the log could not be read (never a reason to fail)."""
+    at a temp file for the session creation (under a lock). A build that fails
+    still logs what ran up to the failure."""
     import onnxruntime as ort
 
     model_path = Path(model_path)
@@ -39,7 +38,7 @@ def modifying_passes(model_path: Path, config: EngineConfig) -> Optional[list[st
                 if config.precision == "fp16" else model_path)
         so = ort.SessionOptions()
         so.graph_optimization_level = graph_level(ort, config.level)
-        so.log_severity_level = 1
+        so.log_severity_level = severity
         for k, v in config.config_entries:
             so.add_session_config_entry(str(k), str(v))
         log = Path(d) / "ort.log"
@@ -64,9 +63,19 @@ def modifying_passes(model_path: Path, config: EngineConfig) -> Optional[list[st
                 os.close(saved)
                 os.close(fd)
         try:
-            text = log.read_text(errors="replace")
+            return log.read_text(errors="replace")
         except OSError:
             return None
+
+
+def modifying_passes(model_path: Path, config: EngineConfig) -> Optional[list[str]]:
+    """Names of the graph transformers ORT's own log says modified this model
+    (session log at INFO: "GraphTransformer X modified: 1"), in log order.
+    Rewrite rules run inside `Level<N>_RuleBasedTransformer` and are logged
+    under that name. None when the log could not be read (never a reason to fail)."""
+    text = _session_log(model_path, config)
+    if text is None:
+        return None
     return list(dict.fromkeys(_MODIFIED_RE.findall(text)))
 
 
@@ -116,3 +125,62 @@ def confirm_optimizer_effect(
         if own_tmp is not None:
             own_tmp.cleanup()
     return result
+
+
+# at VERBOSE ORT names each transformer it applies; some log only their outcome
+_APPLIED_RE = re.compile(r"(?:Applying graph transformer (\S+) on step|GraphTransformer (\S+) modified: )")
+_CONTAINER_RE = re.compile(r"^Level[0-9]_RuleBasedTransformer$")
+_LEVEL_CACHE: dict = {}
+
+
+def _applied(text: str) -> list[str]:
+    return list(dict.fromkeys(a or b for a, b in _APPLIED_RE.findall(text)))
+
+
+def _tiny_model(path: Path) -> None:
+    """A graph every level builds: the transformers ORT applies to it are the level's list."""
+    from onnx import TensorProto, helper
+
+    g = helper.make_graph([helper.make_node("Relu", ["x"], ["y"], name="relu")], "levels",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2])])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+
+
+def level_transformers(config: EngineConfig) -> list[str]:
+    """Every graph transformer the installed ORT runs at `config`'s level (and the
+    levels under it), in its order, read from its own VERBOSE log of a one-node
+    model built with the same providers and session entries (cached per process)."""
+    key = (config.level, tuple(providers_of(config)), tuple(config.config_entries))
+    if key not in _LEVEL_CACHE:
+        plain = dataclasses.replace(config, precision="fp32", keep_fp32=(), disabled_passes=())
+        with tempfile.TemporaryDirectory(prefix="bisect_tui_levels_") as d:
+            path = Path(d) / "tiny.onnx"
+            _tiny_model(path)
+            text = _session_log(path, plain, severity=0)
+        _LEVEL_CACHE[key] = _applied(text or "")
+    return list(_LEVEL_CACHE[key])
+
+
+def pass_plan(model_path: Path, config: EngineConfig) -> Optional[dict]:
+    """The pass bisection's candidates: the transformers ORT applied to this model
+    under `config` (its VERBOSE log, up to a failure), then the rest of the level's
+    transformers, minus those already disabled; each `Level<N>_RuleBasedTransformer`
+    container is a group whose members are the rewrite rules the library knows
+    (its optimizer names that no level logs as a transformer: disabled_optimizers
+    accepts rule names too)."""
+    from bisect_tui.engines.ort.passes import known_optimizers
+
+    text = _session_log(model_path, config, severity=0)
+    if text is None:
+        return None
+    ran = _applied(text)
+    level = level_transformers(config)
+    everything = set(level_transformers(dataclasses.replace(config, level="all"))) | set(ran)
+    skip = set(config.disabled_passes)
+    passes = [n for n in dict.fromkeys(ran + level) if n not in skip]
+    rules = sorted(n for n in known_optimizers() if n not in everything and not _CONTAINER_RE.match(n)
+                   and n not in skip)
+    groups = {n: rules for n in passes if _CONTAINER_RE.match(n)}
+    return {"passes": passes, "groups": groups, "ran": ran,
+            "source": "ORT's VERBOSE session log (transformers) and its library's names (rewrite rules)"}
