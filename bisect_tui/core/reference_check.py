@@ -1,0 +1,372 @@
+"""The float64 truth proves itself against the FP32 baseline, tensor by tensor.
+
+The arbiter's truth is onnx's reference evaluator run in float64, and it is
+only as right as the evaluator's kernels. One is wrong on real exports:
+`BatchNormalization_9` of onnx.reference (opsets 9 to 13) decides between
+inference and training mode by whether the node *states* a `momentum`
+attribute. The spec decides it by the node's outputs (one output, Y: inference
+with the stored mean and variance; opsets 14+ by `training_mode`), and 0.9 is
+momentum's default anyway. Paddle2ONNX writes `momentum=0.9` on every
+BatchNormalization, so the evaluator normalises PP-OCR's tensors with their own
+batch statistics mixed 1:9 into the stored ones: 17.5 off on a tensor of scale
+34 at the first BatchNormalization of PP-OCR cls, and the classifier's two
+probabilities move from [0.0093, 0.9907] to [0.424, 0.576]. No tolerance
+hides that; the fix is the spec's inference formula (`batch_norm_inference`),
+used for the node once the check below has caught the evaluator.
+
+How the check works, reusing what is already computed: the evaluator's run
+keeps every intermediate result anyway (`intermediate=True` costs nothing), and
+the FP32 value of every tensor is at hand (the baseline dump, or the
+determinism check's second run of the same FP32 baseline in the child). Each
+floating-point tensor, in graph order, is screened: its float64 and FP32 values
+may differ by FP32 rounding (`SCREEN` of the tensor's scale; the worst seen on
+PP-OCR det/rec/cls with a right evaluator is 1e-5). A tensor past it is not yet
+a fault: a model amplifies the rounding of earlier ops (a Sigmoid of
+large-magnitude inputs parts by 50% legitimately). So its node is re-evaluated
+alone, by the evaluator, on the FP32 values of its own inputs, and compared
+with the FP32 kernel's output: on identical inputs two right kernels differ by
+one op's rounding only (`LOCAL`). A node past that is where the two part. Its
+fallbacks (the op's numpy formula where one is known, then the unfused
+reference in double for the single node) are tried on the same inputs; the
+first that agrees with FP32 replaces the evaluator for that node, and the whole
+run is made again and re-checked. If none agrees, the truth is unreliable at
+that node and the arbiter gives no not-worse verdict.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Callable, Optional
+
+import numpy as np
+import onnx
+
+if TYPE_CHECKING:
+    from bisect_tui.api.reference import UnfusedReference
+
+_EPS32 = float(np.finfo(np.float32).eps)
+SCREEN = 2.0 ** 10 * _EPS32  # 1.2e-4 of the tensor's scale: FP32 rounding accumulated over a model
+LOCAL = 2.0 ** 10 * _EPS32  # one op on identical inputs: FP32 rounding of one kernel (1e-6 seen)
+MAX_LOCAL = 64  # nodes re-evaluated alone per run (the screen's candidates), at most
+MAX_ROUNDS = 4  # fallbacks installed (each a run again), at most
+_SUBGRAPH_OPS = {"If", "Loop", "Scan", "SequenceMap"}
+
+Fp32Values = Callable[[str, int], Optional[np.ndarray]]
+
+
+def _inference_form(node: onnx.NodeProto, opset: int) -> bool:
+    """Whether the spec runs this BatchNormalization with its stored statistics."""
+    attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+    if opset < 7:
+        return bool(attrs.get("is_test", 0))
+    if opset < 14:
+        return len([o for o in node.output if o]) == 1
+    return not attrs.get("training_mode", 0)
+
+
+def batch_norm_inference(node: onnx.NodeProto, opset: int):
+    """The spec's inference-mode BatchNormalization, any opset (None: the node trains)."""
+    if not _inference_form(node, opset):
+        return None
+    eps = next((a.f for a in node.attribute if a.name == "epsilon"), 1e-5)
+
+    def run(x, scale, bias, mean, var):
+        shape = (-1,) + (1,) * (np.ndim(x) - 2)
+        y = (x - mean.reshape(shape)) / np.sqrt(var.reshape(shape) + eps) * scale.reshape(shape)
+        return (y + bias.reshape(shape)).astype(x.dtype)
+
+    return run
+
+
+# op type -> (label, maker(node, opset) -> fn(*inputs) -> output, or None where it does not apply)
+FORMULAS = {
+    "BatchNormalization": ("numpy formula (inference-mode BatchNormalization, the spec's)", batch_norm_inference),
+}
+
+
+def rel_diff(a: np.ndarray, b: np.ndarray) -> tuple[float, float, float]:
+    """(max |a - b|, the scale (max |b|), their ratio); inf when one is not finite where the other is."""
+    x = np.asarray(a, dtype=np.float64)
+    y = np.asarray(b, dtype=np.float64)
+    if x.shape != y.shape:
+        try:
+            x = x.reshape(y.shape)
+        except ValueError:
+            return float("inf"), 0.0, float("inf")
+    if not x.size:
+        return 0.0, 0.0, 0.0
+    same = (x == y) | (np.isnan(x) & np.isnan(y))
+    d = np.where(same, 0.0, np.abs(x - y))
+    fy = np.abs(y[np.isfinite(y)])
+    scale = float(fy.max()) if fy.size else 0.0
+    worst = float(d.max())
+    if not np.isfinite(worst):
+        return float("inf"), scale, float("inf")
+    return worst, scale, (worst / scale if scale > 0 else (0.0 if worst == 0 else float("inf")))
+
+
+def node_key(i: int, node: onnx.NodeProto) -> str:
+    """A node's name, or its place where it has none (an override is found by it)."""
+    return node.name or f"#{i}"
+
+
+def is_float(a) -> bool:
+    return isinstance(a, np.ndarray) and a.dtype.kind == "f"
+
+
+def single_node_model(node: onnx.NodeProto, inputs: list, model: onnx.ModelProto) -> onnx.ModelProto:
+    """`node` alone, its inputs graph inputs of their arrays' types, its outputs untyped
+    (the session types them), the model's opsets: for a kernel of the unfused reference."""
+    from onnx import helper
+
+    g_inputs = []
+    for name, arr in zip(node.input, inputs):
+        if name and arr is not None:
+            elem = helper.np_dtype_to_tensor_dtype(np.asarray(arr).dtype)
+            g_inputs.append(helper.make_tensor_value_info(name, elem, list(np.shape(arr))))
+    outs = [onnx.ValueInfoProto(name=o) for o in node.output if o]
+    g = helper.make_graph([node], "single_node", g_inputs, outs)
+    m = helper.make_model(g, opset_imports=list(model.opset_import), ir_version=model.ir_version)
+    return m
+
+
+class ReferenceCheck:
+    """The checker of one Float64Reference: screens a run's intermediates against
+    FP32 values, finds where the two part, and holds the fallbacks it installed
+    (`overrides`: node name -> (label, fn)), which the reference's evaluator uses."""
+
+    def __init__(self, model64: onnx.ModelProto, fp32: Fp32Values,
+                 fallback: Optional["UnfusedReference"] = None):
+        self.model64 = model64
+        self.fp32 = fp32
+        self.fallback = fallback
+        self.opset = next((o.version for o in model64.opset_import if o.domain in ("", "ai.onnx")), 0)
+        self.overrides: dict[str, tuple[str, Callable]] = {}
+        self.parted: list[dict] = []  # every node found wrong, with what happened
+        self.unreliable: Optional[dict] = None
+        self.first_screened: Optional[dict] = None  # the first tensor past the screen (not yet a fault)
+        self.worst: Optional[dict] = None  # the largest screen ratio of the last run
+        self.tensors_compared = 0
+        self.local_checks = 0
+        self.local_capped = False
+        self.seconds = 0.0
+        self.error: Optional[str] = None  # the check itself failed (then the truth is unchecked)
+        self.inits = {t.name for t in model64.graph.initializer}
+
+    # one run -----------------------------------------------------------------------------
+    def check_run(self, nodes: list, results: dict, sample: int) -> Optional[int]:
+        """Screen one run (`nodes`: the evaluator's `rt_nodes_`, in graph order).
+        Returns the index of a node a fallback was just installed for (run again),
+        else None (the run stands, or the truth is unreliable: `self.unreliable`)."""
+        t0 = time.perf_counter()
+        try:
+            return self._check_run(nodes, results, sample)
+        except Exception as exc:  # noqa: BLE001 - the check failing is said, never the check's error
+            self.error = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
+            return None
+        finally:
+            self.seconds += time.perf_counter() - t0
+
+    def _check_run(self, nodes: list, results: dict, sample: int) -> Optional[int]:
+        compared, worst, local = 0, None, 0
+        for i, inst in enumerate(nodes):
+            node = inst.onnx_node
+            past = None
+            for out in node.output:
+                v64 = results.get(out)
+                if not out or not is_float(v64):
+                    continue
+                v32 = self.fp32(out, sample)
+                if v32 is None or not is_float(v32):
+                    continue
+                compared += 1
+                d, scale, rel = rel_diff(v64, v32)
+                ratio = rel / SCREEN
+                if worst is None or ratio > worst["ratio"]:
+                    worst = {"tensor": out, "node": node.name, "op_type": node.op_type, "max_abs": d,
+                             "scale": scale, "ratio": ratio}
+                if rel > SCREEN and past is None:
+                    past = {"tensor": out, "max_abs": d, "scale": scale, "rel": rel}
+            if past is None:
+                continue
+            if self.first_screened is None:
+                self.first_screened = {**past, "node": node.name, "op_type": node.op_type}
+            if node.op_type in _SUBGRAPH_OPS or node.domain not in ("", "ai.onnx"):
+                continue  # no single kernel to re-evaluate: the output-level check stands behind it
+            if local >= MAX_LOCAL:
+                self.local_capped = True
+                continue
+            local += 1
+            self.local_checks += 1
+            found = self._local(i, nodes, results, sample, past)
+            if found is not None:
+                self.tensors_compared = max(self.tensors_compared, compared)
+                return found if self.unreliable is None else None
+        self.tensors_compared = max(self.tensors_compared, compared)
+        self.worst = worst
+        return None
+
+    def _inputs32(self, node: onnx.NodeProto, results: dict, sample: int) -> list:
+        """The node's inputs as FP32 computed them (widened), where FP32 has them."""
+        out = []
+        for name in node.input:
+            v = results.get(name) if name else None
+            if name and name not in self.inits and is_float(v):
+                v32 = self.fp32(name, sample)
+                if is_float(v32):
+                    v = np.asarray(v32, dtype=v.dtype).reshape(np.shape(v))
+            out.append(v)
+        return out
+
+    def _local(self, i: int, nodes: list, results: dict, sample: int, past: dict) -> Optional[int]:
+        """Node `i` alone on FP32's inputs: does its kernel (the evaluator's, or the
+        fallback already in its place) part from FP32's?"""
+        inst = nodes[i]
+        node = inst.onnx_node
+        key = node_key(i, node)
+        current = self.overrides.get(key)
+        inputs = self._inputs32(node, results, sample)
+        outs = [o for o in node.output if o]
+        expect = [self.fp32(o, sample) for o in outs]
+        try:
+            got = inst.run(*inputs)
+        except Exception:  # noqa: BLE001 - a kernel that cannot run alone: judged by its fallbacks
+            got = None
+        ev = self._worst_of(got, outs, expect)
+        if ev is not None and ev["rel"] <= LOCAL:
+            return None  # the kernel agrees on its own inputs: rounding amplified, not a fault
+        record = {"node": node.name, "op_type": node.op_type, "index": i, "tensor": past["tensor"],
+                  "sample": sample, "max_abs": past["max_abs"], "scale": past["scale"], "rel": past["rel"],
+                  "kernel": current[0] if current else "onnx.reference", "kernel_local": ev, "tried": []}
+        for label, fn, by_type in self._fallbacks(node, inputs):
+            if current is not None and label == current[0]:
+                continue
+            try:
+                res = fn(*inputs)
+                res = res if isinstance(res, (list, tuple)) else (res,)
+            except Exception as exc:  # noqa: BLE001 - a fallback that cannot run: the next one
+                record["tried"].append({"with": label, "error": str(exc).strip().splitlines()[0][:200]
+                                        if str(exc).strip() else type(exc).__name__})
+                continue
+            fb = self._worst_of(res, outs, expect)
+            record["tried"].append({"with": label, "local": fb})
+            if fb is not None and fb["rel"] <= LOCAL:
+                self.overrides[key] = (label, fn)
+                record["fallback"] = label
+                if by_type:  # the spec's formula: every node of this type it applies to, checked on the next run
+                    record["same_type_nodes"] = self._spread(node.op_type, nodes, label)
+                self.parted.append(record)
+                return i
+        self.parted.append(record)
+        self.unreliable = {"node": node.name, "op_type": node.op_type, "tensor": past["tensor"]}
+        return i
+
+    def _spread(self, op_type: str, nodes: list, label: str) -> int:
+        """The formula in place of the evaluator at every other node of `op_type` it
+        applies to (the next run screens each of them like any other node)."""
+        maker = FORMULAS[op_type][1]
+        count = 0
+        for j, other in enumerate(nodes):
+            n = other.onnx_node
+            if n.op_type != op_type or n.domain not in ("", "ai.onnx") or node_key(j, n) in self.overrides:
+                continue
+            fn = maker(n, self.opset)
+            if fn is not None:
+                self.overrides[node_key(j, n)] = (label, fn)
+                count += 1
+        return count
+
+    @staticmethod
+    def _worst_of(got, outs: list, expect: list) -> Optional[dict]:
+        if got is None:
+            return None
+        worst = None
+        for name, g, e in zip(outs, got, expect):
+            if not is_float(e) or not isinstance(g, np.ndarray):
+                continue
+            d, scale, rel = rel_diff(g, e)
+            if worst is None or rel > worst["rel"]:
+                worst = {"tensor": name, "max_abs": d, "scale": scale, "rel": rel}
+        return worst
+
+    def _fallbacks(self, node: onnx.NodeProto, inputs: list):
+        formula = FORMULAS.get(node.op_type) if node.domain in ("", "ai.onnx") else None
+        if formula is not None:
+            fn = formula[1](node, self.opset)
+            if fn is not None:
+                yield formula[0], fn, True
+        if self.fallback is not None:
+            try:
+                fn = self._unfused_double(node, inputs)
+            except Exception as exc:  # noqa: BLE001 - no double kernel there: the node stays unresolved
+                fn = _raiser(exc)
+            yield f"{self.fallback.library} in double (this node alone)", fn, False
+
+    def _unfused_double(self, node: onnx.NodeProto, inputs: list) -> Callable:
+        """The unfused reference's kernel for this node, in double (a session made once)."""
+        from bisect_tui.core.groups import open_session
+
+        sess = open_session(self.fallback, single_node_model(node, inputs, self.model64))
+        names = [o for o in node.output if o]
+        feed_names = [n for n, a in zip(node.input, inputs) if n and a is not None]
+
+        def run(*args):
+            feeds = {n: np.asarray(a) for n, a in zip(node.input, args) if n in feed_names}
+            return sess.run(names, feeds)
+
+        return run
+
+    def fallback_counts(self) -> list[dict]:
+        """Which fallback replaced the evaluator at how many nodes."""
+        counts: dict[str, int] = {}
+        for label, _ in self.overrides.values():
+            counts[label] = counts.get(label, 0) + 1
+        return [{"with": label, "nodes": n} for label, n in counts.items()]
+
+    # the record ------------------------------------------------------------------------------
+    def to_dict(self) -> dict:
+        if self.error is not None:
+            return {"checked": False, "reliable": None, "why": f"the check failed: {self.error}"}
+        return {
+            "checked": True,
+            "against": "the FP32 baseline, tensor by tensor",
+            "screen": SCREEN,
+            "local": LOCAL,
+            "tensors_compared": self.tensors_compared,
+            "local_checks": self.local_checks,
+            "local_capped": self.local_capped,
+            "first_screened": self.first_screened,
+            "worst": self.worst,
+            "parted": self.parted,
+            "fallbacks": self.fallback_counts(),
+            "unreliable_at": self.unreliable,
+            "reliable": self.unreliable is None,
+            "seconds": self.seconds,
+        }
+
+
+def _raiser(exc: BaseException) -> Callable:
+    def run(*_args):
+        raise exc
+
+    return run
+
+
+class NodeOverride:
+    """An evaluator node whose kernel is replaced by a fallback (everything else its own)."""
+
+    has_linked_attribute = False
+
+    def __init__(self, inst, fn: Callable):
+        self._inst = inst
+        self._fn = fn
+
+    def __getattr__(self, name):
+        return getattr(self._inst, name)
+
+    def need_context(self) -> bool:
+        return False
+
+    def run(self, *inputs, **_kw):
+        res = self._fn(*inputs)
+        return tuple(res) if isinstance(res, (list, tuple)) else (res,)
