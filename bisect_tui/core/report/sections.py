@@ -234,9 +234,17 @@ def reference_check_line(rc: dict | None) -> Optional[str]:
         return f"truth not checked tensor by tensor ({rc.get('why') or 'no FP32 values'})"
     head = f"truth checked against the FP32 baseline: {rc.get('tensors_compared', 0)} tensors"
     for p in rc.get("parted") or ():
-        head += (f"; the evaluator parts from FP32 at {p['tensor']} ({p['op_type']}, node {p['node']}): "
-                 f"{fmt(p['max_abs'])} off on a scale of {fmt(p['scale'])}")
-        head += f", replaced by {p['fallback']}" if p.get("fallback") else ", and no fallback agrees"
+        where = f"{p['tensor']} ({p['op_type']}, node {p['node']}): {fmt(p['max_abs'])} off on a scale of {fmt(p['scale'])}"
+        if p.get("outcome") == "fp32_own":
+            head += (f"; FP32 parts from two float64 kernels at {where}: FP32's own rounding there "
+                     "(the truth stands)")
+            continue
+        head += f"; the evaluator parts from FP32 at {where}"
+        if p.get("fallback"):
+            more = p.get("same_type_nodes") or 0
+            head += f", replaced by {p['fallback']}" + (f" (and at {more} more {p['op_type']} nodes)" if more else "")
+        else:
+            head += ", and no fallback agrees"
     at = rc.get("unreliable_at")
     if at:
         return head + f"; reference unreliable at op {at['tensor']} ({at['op_type']}, node {at['node']})"
