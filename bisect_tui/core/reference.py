@@ -227,9 +227,15 @@ class Float64Reference:
             ) from None
 
     def _keep(self, caught) -> None:
+        """Counted, and each new text written to the session's engine log once (this
+        process's: the second run's child has none, its parent logs what it reports)."""
+        new = []
         for w in caught:
             text = f"{w.category.__name__}: {w.message}"
+            if text not in self.warnings:
+                new.append(text)
             self.warnings[text] = self.warnings.get(text, 0) + 1
+        log_warnings(new)
 
     def warning_lines(self) -> list[str]:
         return [f"{text} (x{n})" if n > 1 else text for text, n in self.warnings.items()]
@@ -241,11 +247,9 @@ def float64_outputs(model: onnx.ModelProto, inputs, outputs: Sequence[str],
     """The graph `outputs` in float64 for every sample of `inputs`, stacked on a
     samples axis: (arrays by name, what computed them, why the first evaluator did not),
     a `Truth` whose `reference_check` says how it compared with `fp32` (the FP32
-    baseline's values by tensor and sample), where given. numpy's warnings go to the
-    session's engine log."""
+    baseline's values by tensor and sample), where given."""
     ref = Float64Reference(model, fallback, fp32)
     runs = [ref.run(inputs.feeds(k), outputs, sample=k) for k in range(inputs.samples)]
-    log_warnings(ref.warning_lines())
     return Truth.of({n: np.stack([np.asarray(r[n]) for r in runs]) for n in outputs}, ref.ran_with,
                     ref.fallback_reason, ref.check, ref.warning_lines())
 

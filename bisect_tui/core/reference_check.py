@@ -183,6 +183,8 @@ class ReferenceCheck:
         t0 = time.perf_counter()
         try:
             return self._check_run(nodes, results, sample)
+        except MemoryError:
+            raise
         except Exception as exc:  # noqa: BLE001 - the check failing is said, never the check's error
             self.error = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
             return None
