@@ -20,6 +20,7 @@ from bisect_tui.core.inputs import InputSet
 from bisect_tui.core.pipeline import Triage, TriageOptions
 from bisect_tui.core.reference import Float64Reference, float64_outputs
 from bisect_tui.core.report import arbiter_markdown, check_text
+from bisect_tui.core.threads import cores
 from bisect_tui.core.tolerance import parse_tolerance
 from bisect_tui.engines.ort.unfused import OrtUnfused, make_session
 
@@ -89,12 +90,28 @@ def test_the_evaluator_is_wrong_on_paddle_batchnorm_and_the_check_falls_back():
     assert "with fallbacks for numpy formula" in got[1]
 
 
+def _check(path, session, determinism: bool) -> Triage:
+    t = Triage(TriageOptions(model=path, session_dir=session, max_memory=1 << 30, tolerance=parse_tolerance("fp32"),
+                             config=EngineConfig(), check_determinism=determinism))
+    t.run_all()
+    return t
+
+
+def _same_check(rc: dict) -> dict:
+    return {k: v for k, v in rc.items() if k not in ("seconds",)}
+
+
 def test_the_arbiter_on_a_paddle_batchnorm_model_end_to_end(tmp_path):
+    """Both places the truth is computed (the determinism check's second process, against its
+    own FP32 run; this process, against the dump) check it alike."""
     path = tmp_path / "bn.onnx"
     onnx.save(_paddle_bn_model(), str(path))
-    t = Triage(TriageOptions(model=path, session_dir=tmp_path / "s", max_memory=1 << 30,
-                             tolerance=parse_tolerance("fp32"), config=EngineConfig()))
-    t.run_all()
+    t = _check(path, tmp_path / "child", True)
+    here = _check(path, tmp_path / "here", False)
+    assert t.determinism.get("overlapped") == (cores() >= 2)  # the child computed it where it could
+    if t.determinism.get("overlapped"):
+        assert _same_check(t.arbiter["reference_check"]) == _same_check(here.arbiter["reference_check"])
+    assert t.arbiter["outputs"] == here.arbiter["outputs"]
     s = t.summary()
     arb = s["arbiter"]
     rc = arb["reference_check"]
