@@ -157,30 +157,44 @@ class Float64Reference:
         return self.checker.to_dict()
 
     def _evaluate(self, names: list[str], f64: dict) -> list:
-        from bisect_tui.core.reference_check import MAX_ROUNDS, NodeOverride, node_key
+        """One evaluator run, checked: where the check installs a fallback at node i, the
+        same run goes on from node i with it (the nodes before keep their values), not
+        from the start."""
+        from bisect_tui.core.reference_check import MAX_ROUNDS
 
         ev = self._evaluator
         if self.checker is None:
             return ev.run(names, f64)
         originals = list(ev.rt_nodes_)
+        nodes = self._with_overrides(originals)
+        ev.rt_nodes_ = nodes
+        try:
+            results = ev.run(None, f64, intermediate=True)
+        finally:
+            ev.rt_nodes_ = originals
+        start = 0
         for round_ in range(MAX_ROUNDS + 1):
-            ev.rt_nodes_ = [NodeOverride(inst, self.checker.overrides[node_key(i, inst.onnx_node)][1])
-                            if node_key(i, inst.onnx_node) in self.checker.overrides else inst
-                            for i, inst in enumerate(originals)]
-            try:
-                results = ev.run(None, f64, intermediate=True)
-            finally:
-                nodes, ev.rt_nodes_ = ev.rt_nodes_, originals
             if self.checker.unreliable is not None:
                 break  # found unreliable on an earlier sample: no fallback to try again
-            pending = self.checker.check_run(nodes, results, self._sample)
+            pending = self.checker.check_run(nodes, results, self._sample, start)
             if pending is None:
                 break
             if round_ == MAX_ROUNDS:  # a fallback installed that no run used: the truth is not proven
                 n = originals[pending].onnx_node
                 self.checker.unreliable = {"node": n.name, "op_type": n.op_type, "tensor": n.output[0],
                                            "why": f"more than {MAX_ROUNDS} fallbacks"}
+                break
+            nodes = self._with_overrides(originals)
+            _resume(nodes, results, pending)
+            start = pending
         return [results[n] for n in names]
+
+    def _with_overrides(self, originals: list) -> list:
+        from bisect_tui.core.reference_check import NodeOverride, node_key
+
+        over = self.checker.overrides
+        return [NodeOverride(inst, over[node_key(i, inst.onnx_node)][1]) if node_key(i, inst.onnx_node) in over
+                else inst for i, inst in enumerate(originals)]
 
     def run(self, feeds: dict[str, np.ndarray], tensors: Sequence[str], sample: int = 0) -> dict[str, np.ndarray]:
         """`sample`: which of the inputs' samples `feeds` is (the FP32 values the check reads)."""
@@ -239,6 +253,15 @@ class Float64Reference:
 
     def warning_lines(self) -> list[str]:
         return [f"{text} (x{n})" if n > 1 else text for text, n in self.warnings.items()]
+
+
+def _resume(nodes: list, results: dict, start: int) -> None:
+    """The evaluator's own loop (onnx.reference's `run`), from node `start` on, into `results`."""
+    for inst in nodes[start:]:
+        inputs = [results[i] for i in inst.input]
+        outs = inst.run(*inputs, context=results) if inst.need_context() else inst.run(*inputs)
+        for name, value in zip(inst.output, outs):
+            results[name] = value
 
 
 def float64_outputs(model: onnx.ModelProto, inputs, outputs: Sequence[str],

@@ -168,7 +168,10 @@ class ReferenceCheck:
         self.unreliable: Optional[dict] = None
         self.first_screened: Optional[dict] = None  # the first tensor past the screen (not yet a fault)
         self.worst: Optional[dict] = None  # the largest screen ratio of the last run
-        self.tensors_compared = 0
+        self._compared: set[str] = set()
+        self._fp32_own: set[str] = set()
+        self._local_run = 0
+        self._worst_run: Optional[dict] = None
         self.local_checks = 0
         self.local_capped = False
         self.seconds = 0.0
@@ -176,13 +179,15 @@ class ReferenceCheck:
         self.inits = {t.name for t in model64.graph.initializer}
 
     # one run -----------------------------------------------------------------------------
-    def check_run(self, nodes: list, results: dict, sample: int) -> Optional[int]:
-        """Screen one run (`nodes`: the evaluator's `rt_nodes_`, in graph order).
-        Returns the index of a node a fallback was just installed for (run again),
-        else None (the run stands, or the truth is unreliable: `self.unreliable`)."""
+    def check_run(self, nodes: list, results: dict, sample: int, start: int = 0) -> Optional[int]:
+        """Screen one run (`nodes`: the evaluator's `rt_nodes_`, in graph order) from node
+        `start` (the nodes before it were screened already, in this run or before a fallback
+        changed what follows them). Returns the index of a node a fallback was just
+        installed for (recompute from there), else None (the run stands, or the truth is
+        unreliable: `self.unreliable`)."""
         t0 = time.perf_counter()
         try:
-            return self._check_run(nodes, results, sample)
+            return self._check_run(nodes, results, sample, start)
         except MemoryError:
             raise
         except Exception as exc:  # noqa: BLE001 - the check failing is said, never the check's error
@@ -191,10 +196,12 @@ class ReferenceCheck:
         finally:
             self.seconds += time.perf_counter() - t0
 
-    def _check_run(self, nodes: list, results: dict, sample: int) -> Optional[int]:
-        compared, worst, local = 0, None, 0
-        for i, inst in enumerate(nodes):
-            node = inst.onnx_node
+    def _check_run(self, nodes: list, results: dict, sample: int, start: int) -> Optional[int]:
+        if start == 0:
+            self._local_run = 0
+            self._worst_run = None
+        for i in range(start, len(nodes)):
+            node = nodes[i].onnx_node
             past = None
             for out in node.output:
                 v64 = results.get(out)
@@ -203,12 +210,12 @@ class ReferenceCheck:
                 v32 = self.fp32(out, sample)
                 if v32 is None or not is_float(v32):
                     continue
-                compared += 1
+                self._compared.add(out)
                 d, scale, rel = rel_diff(v64, v32)
                 ratio = rel / SCREEN
-                if worst is None or ratio > worst["ratio"]:
-                    worst = {"tensor": out, "node": node.name, "op_type": node.op_type, "max_abs": d,
-                             "scale": scale, "ratio": ratio}
+                if self._worst_run is None or ratio > self._worst_run["ratio"]:
+                    self._worst_run = {"tensor": out, "node": node.name, "op_type": node.op_type, "max_abs": d,
+                                       "scale": scale, "ratio": ratio}
                 if rel > SCREEN and past is None:
                     past = {"tensor": out, "max_abs": d, "scale": scale, "rel": rel}
             if past is None:
@@ -217,17 +224,17 @@ class ReferenceCheck:
                 self.first_screened = {**past, "node": node.name, "op_type": node.op_type}
             if node.op_type in _SUBGRAPH_OPS or node.domain not in ("", "ai.onnx"):
                 continue  # no single kernel to re-evaluate: the output-level check stands behind it
-            if local >= MAX_LOCAL:
+            if node_key(i, node) in self._fp32_own:
+                continue  # FP32's own kernel differs here, shown on an earlier sample
+            if self._local_run >= MAX_LOCAL:
                 self.local_capped = True
                 continue
-            local += 1
+            self._local_run += 1
             self.local_checks += 1
             found = self._local(i, nodes, results, sample, past)
             if found is not None:
-                self.tensors_compared = max(self.tensors_compared, compared)
                 return found if self.unreliable is None else None
-        self.tensors_compared = max(self.tensors_compared, compared)
-        self.worst = worst
+        self.worst = self._worst_run
         return None
 
     def _inputs32(self, node: onnx.NodeProto, results: dict, sample: int) -> list:
@@ -281,11 +288,12 @@ class ReferenceCheck:
                 record["fallback"] = label
                 record["outcome"] = "fallback"
                 if by_type:  # the spec's formula: every node of this type it applies to, checked on the next run
-                    record["same_type_nodes"] = self._spread(node.op_type, nodes, label)
+                    record["same_type_nodes"] = self._spread(node.op_type, nodes, label, i)
                 self.parted.append(record)
                 return i
         if self._confirmed(record, got, outs):
             record["outcome"] = "fp32_own"
+            self._fp32_own.add(key)
             self.parted.append(record)
             return None
         record["outcome"] = "unreliable"
@@ -304,13 +312,14 @@ class ReferenceCheck:
                 return True
         return False
 
-    def _spread(self, op_type: str, nodes: list, label: str) -> int:
-        """The formula in place of the evaluator at every other node of `op_type` it
-        applies to (the next run screens each of them like any other node)."""
+    def _spread(self, op_type: str, nodes: list, label: str, after: int) -> int:
+        """The formula in place of the evaluator at every later node of `op_type` it
+        applies to (what is recomputed from `after` on is screened like any other node;
+        the earlier ones agreed with FP32 as they were)."""
         maker = FORMULAS[op_type][1]
         count = 0
-        for j, other in enumerate(nodes):
-            n = other.onnx_node
+        for j in range(after + 1, len(nodes)):
+            n = nodes[j].onnx_node
             if n.op_type != op_type or n.domain not in ("", "ai.onnx") or node_key(j, n) in self.overrides:
                 continue
             fn = maker(n, self.opset)
@@ -375,7 +384,7 @@ class ReferenceCheck:
             "against": "the FP32 baseline, tensor by tensor",
             "screen": SCREEN,
             "local": LOCAL,
-            "tensors_compared": self.tensors_compared,
+            "tensors_compared": len(self._compared),
             "local_checks": self.local_checks,
             "local_capped": self.local_capped,
             "first_screened": self.first_screened,
