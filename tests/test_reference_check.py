@@ -1,7 +1,7 @@
 """The float64 truth proves itself against the FP32 baseline before the arbiter's verdict counts.
 
 Real graphs, real onnx.reference and ONNX Runtime: a Paddle-style BatchNormalization (opset 12,
-`momentum` stated, one output) that onnx.reference wrongly runs in training mode; a sum that
+one output) that onnx.reference wrongly runs in training mode (its momentum is never None); a sum that
 cancels in FP32 (two float64 kernels agree, FP32 does not); the same where no double kernel
 exists (the truth is then unreliable and gets no verdict)."""
 
@@ -26,7 +26,7 @@ from bisect_tui.engines.ort.unfused import OrtUnfused, make_session
 
 
 def _paddle_bn_model(channels: int = 4) -> onnx.ModelProto:
-    """Conv -> BatchNormalization(opset 12, momentum=0.9 stated, Y only) -> Relu -> BN -> Sigmoid."""
+    """Conv -> BatchNormalization(opset 12, momentum=0.9 as Paddle writes it, Y only) -> Relu -> BN -> Sigmoid."""
     rng = np.random.default_rng(3)
     w = rng.standard_normal((channels, 3, 3, 3)).astype(np.float32) * 0.5
     inits = [numpy_helper.from_array(w, "conv_w")]
@@ -71,23 +71,37 @@ def test_the_evaluator_is_wrong_on_paddle_batchnorm_and_the_check_falls_back():
     x = _x()
     fp32 = _fp32_values(m, {"x": x})
     # the defect itself: onnx.reference normalises with batch statistics (momentum stated)
-    plain = Float64Reference(m).run({"x": x}, ["bn1_out"])["bn1_out"]
+    plain = Float64Reference(m, known_fixes=False).run({"x": x}, ["bn1_out"])["bn1_out"]
     off = np.abs(plain - fp32["bn1_out"]).max()
     assert off > 0.1 * np.abs(fp32["bn1_out"]).max()
-    inputs = InputSet({"x": x[None]})
-    got = float64_outputs(m, inputs, ["y"], OrtUnfused(), lambda t, k: fp32.get(t))
-    rc = got.reference_check
+    # left to the check (the known deviation not applied): it finds the node by comparison
+    ref = Float64Reference(m, OrtUnfused(), lambda t, k: fp32.get(t), known_fixes=False)
+    found = ref.run({"x": x}, ["y"])["y"]
+    rc = ref.check
     assert rc["checked"] and rc["reliable"] and rc["unreliable_at"] is None
     (p,) = rc["parted"]  # the first BatchNormalization in graph order, found once
     assert p["node"] == "batch_norm_first" and p["op_type"] == "BatchNormalization" and p["tensor"] == "bn1_out"
     assert p["outcome"] == "fallback" and "BatchNormalization" in p["fallback"] and p["same_type_nodes"] == 1
     assert p["kernel_local"]["rel"] > 0.1  # the evaluator's own kernel, on FP32's inputs
+    assert p["max_abs"] == pytest.approx(off, rel=1e-6)
     assert p["tried"][0]["local"]["rel"] < 1e-6  # the spec's formula agrees with FP32's kernel
     assert rc["fallbacks"] == [{"with": p["fallback"], "nodes": 2}]
     assert rc["tensors_compared"] == 5
     # after the fallback the truth matches ORT FP32 within rounding, at the output too
-    np.testing.assert_allclose(got[0]["y"][0], fp32["y"], rtol=0, atol=1e-6)
-    assert "with fallbacks for numpy formula" in got[1]
+    np.testing.assert_allclose(found, fp32["y"], rtol=0, atol=1e-6)
+    # the default: the known deviation runs the spec's formula from the start, its evidence kept
+    inputs = InputSet({"x": x[None]})
+    got = float64_outputs(m, inputs, ["y"], OrtUnfused(), lambda t, k: fp32.get(t))
+    rc = got.reference_check
+    (k,) = rc["parted"]
+    assert k["outcome"] == "known" and k["node"] == "batch_norm_first" and "never None" in k["why"]
+    assert k["max_abs"] == pytest.approx(off, rel=1e-6) and k["tried"][0]["local"]["rel"] < 1e-6
+    assert rc["reliable"] and rc["fallbacks"] == [{"with": p["fallback"], "nodes": 2}]
+    np.testing.assert_array_equal(got[0]["y"][0], found)
+    assert "with fallbacks: numpy formula" in got[1]
+    # without FP32 values (the search's subgraph truths) the known deviation is fixed all the same
+    alone = Float64Reference(m).run({"x": x}, ["y"])["y"]
+    np.testing.assert_array_equal(alone, found)
 
 
 def _check(path, session, determinism: bool) -> Triage:

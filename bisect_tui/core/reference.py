@@ -119,13 +119,17 @@ class Float64Reference:
     `fp32` (tensor, sample -> the FP32 baseline's array, or None): the
     evaluator's intermediates are then checked against it (reference_check.py),
     a node where the two part gets a fallback, and `check` holds the record.
+    Nodes the evaluator is known to compute against the spec (reference_check.
+    known_deviation: Paddle's BatchNormalization) run the spec's formula from the
+    start, checked like any other (`known_fixes=False`: the evaluator as it is,
+    left to the check to find).
     numpy's warnings (an exp overflowing in float64 on an FP16 model's range)
     are kept in `warnings`, for the session's log, never printed."""
 
     name = "float64 truth"
 
     def __init__(self, model: onnx.ModelProto, fallback: Optional["UnfusedReference"] = None,
-                 fp32: Optional[Callable[[str, int], Optional[np.ndarray]]] = None):
+                 fp32: Optional[Callable[[str, int], Optional[np.ndarray]]] = None, known_fixes: bool = True):
         self.model64 = to_float64(model)
         self.fallback = fallback
         self.ran_with: Optional[str] = None
@@ -134,10 +138,14 @@ class Float64Reference:
         self._session = None
         self.checker = None
         self.warnings: dict[str, int] = {}
-        if fp32 is not None:
-            from bisect_tui.core.reference_check import ReferenceCheck
+        from bisect_tui.core.reference_check import ReferenceCheck
+        from bisect_tui.core.reference_fixes import default_opset
+        from bisect_tui.core.reference_fixes import known_fixes as find_known
 
-            self.checker = ReferenceCheck(self.model64, fp32, fallback)
+        # nodes onnx.reference is known to compute against the spec: the spec's formula runs them
+        self.known = find_known(self.model64, default_opset(self.model64)) if known_fixes else {}
+        if fp32 is not None:
+            self.checker = ReferenceCheck(self.model64, fp32, fallback, self.known)
         self._sample = 0
 
     @staticmethod
@@ -164,7 +172,14 @@ class Float64Reference:
 
         ev = self._evaluator
         if self.checker is None:
-            return ev.run(names, f64)
+            if not self.known:
+                return ev.run(names, f64)
+            originals = ev.rt_nodes_
+            ev.rt_nodes_ = self._with_overrides(originals)
+            try:
+                return ev.run(names, f64)
+            finally:
+                ev.rt_nodes_ = originals
         originals = list(ev.rt_nodes_)
         nodes = self._with_overrides(originals)
         ev.rt_nodes_ = nodes
@@ -192,7 +207,7 @@ class Float64Reference:
     def _with_overrides(self, originals: list) -> list:
         from bisect_tui.core.reference_check import NodeOverride, node_key
 
-        over = self.checker.overrides
+        over = self.checker.overrides if self.checker is not None else self.known
         return [NodeOverride(inst, over[node_key(i, inst.onnx_node)][1]) if node_key(i, inst.onnx_node) in over
                 else inst for i, inst in enumerate(originals)]
 
@@ -214,9 +229,9 @@ class Float64Reference:
                     outs = self._evaluate(names, f64)
                 self._keep(caught)
                 self.ran_with = "onnx.reference.ReferenceEvaluator (float64)"
-                if self.checker is not None and self.checker.overrides:
-                    self.ran_with += ", with fallbacks for " + ", ".join(sorted(
-                        {f"{lbl}" for lbl, _ in self.checker.overrides.values()}))
+                used = self.checker.overrides if self.checker is not None else self.known
+                if used:
+                    self.ran_with += ", with fallbacks: " + ", ".join(sorted({v[0] for v in used.values()}))
                 return dict(zip(names, (np.asarray(o) for o in outs)))
             except Exception as exc:
                 self.fallback_reason = f"onnx reference evaluator: {_first_line(exc)}"

@@ -1,20 +1,8 @@
 """The float64 truth proves itself against the FP32 baseline, tensor by tensor.
 
-The arbiter's truth is onnx's reference evaluator run in float64, and it is
-only as right as the evaluator's kernels. One is wrong on real exports:
-`BatchNormalization_9` of onnx.reference (opsets 9 to 13) decides between
-inference and training mode by whether the node *states* a `momentum`
-attribute. The spec decides it by the node's outputs (one output, Y: inference
-with the stored mean and variance; opsets 14+ by `training_mode`), and 0.9 is
-momentum's default anyway. Paddle2ONNX writes `momentum=0.9` on every
-BatchNormalization, so the evaluator normalises PP-OCR's tensors with their own
-batch statistics mixed 1:9 into the stored ones: 17.5 off on a tensor of scale
-34 at the first BatchNormalization of PP-OCR cls, and the classifier's two
-probabilities move from [0.0093, 0.9907] to [0.424, 0.576]. No tolerance
-hides that; the fix is the spec's inference formula (`batch_norm_inference`),
-used for the node once the check below has caught the evaluator.
-
-How the check works, reusing what is already computed: the evaluator's run
+The evaluator's kernels can be wrong (reference_fixes.py: why its BatchNormalization
+is, on every Paddle export). How the check works, reusing what is already
+computed: the evaluator's run
 keeps every intermediate result anyway (`intermediate=True` costs nothing), and
 the FP32 value of every tensor is at hand (the baseline dump, or the
 determinism check's second run of the same FP32 baseline in the child). Each
@@ -28,9 +16,12 @@ with the FP32 kernel's output: on identical inputs two right kernels differ by
 one op's rounding only (`LOCAL`). A node past that is where the two part. Its
 fallbacks (the op's numpy formula where one is known, then the unfused
 reference in double for the single node) are tried on the same inputs; the
-first that agrees with FP32 replaces the evaluator for that node, and the whole
-run is made again and re-checked. If none agrees, the truth is unreliable at
-that node and the arbiter gives no not-worse verdict.
+first that agrees with FP32 replaces the evaluator for that node, and the run
+goes on from that node and is checked from there. Where an independent double
+kernel (the unfused reference's) agrees with the evaluator and FP32 does not,
+the difference is FP32's own (a sum that cancels) and the truth stands. If
+none agrees, the truth is unreliable at that node and the arbiter gives no
+not-worse verdict.
 """
 
 from __future__ import annotations
@@ -40,6 +31,8 @@ from typing import TYPE_CHECKING, Callable, Optional
 
 import numpy as np
 import onnx
+
+from bisect_tui.core.reference_fixes import FORMULAS, default_opset, node_key
 
 if TYPE_CHECKING:
     from bisect_tui.api.reference import UnfusedReference
@@ -53,36 +46,6 @@ MAX_ROUNDS = 4  # fallbacks installed (each a run again), at most
 _SUBGRAPH_OPS = {"If", "Loop", "Scan", "SequenceMap"}
 
 Fp32Values = Callable[[str, int], Optional[np.ndarray]]
-
-
-def _inference_form(node: onnx.NodeProto, opset: int) -> bool:
-    """Whether the spec runs this BatchNormalization with its stored statistics."""
-    attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
-    if opset < 7:
-        return bool(attrs.get("is_test", 0))
-    if opset < 14:
-        return len([o for o in node.output if o]) == 1
-    return not attrs.get("training_mode", 0)
-
-
-def batch_norm_inference(node: onnx.NodeProto, opset: int):
-    """The spec's inference-mode BatchNormalization, any opset (None: the node trains)."""
-    if not _inference_form(node, opset):
-        return None
-    eps = next((a.f for a in node.attribute if a.name == "epsilon"), 1e-5)
-
-    def run(x, scale, bias, mean, var):
-        shape = (-1,) + (1,) * (np.ndim(x) - 2)
-        y = (x - mean.reshape(shape)) / np.sqrt(var.reshape(shape) + eps) * scale.reshape(shape)
-        return (y + bias.reshape(shape)).astype(x.dtype)
-
-    return run
-
-
-# op type -> (label, maker(node, opset) -> fn(*inputs) -> output, or None where it does not apply)
-FORMULAS = {
-    "BatchNormalization": ("numpy formula (inference-mode BatchNormalization, the spec's)", batch_norm_inference),
-}
 
 
 def rel_diff(a: np.ndarray, b: np.ndarray) -> tuple[float, float, float]:
@@ -127,11 +90,6 @@ def _rel_diff_nonfinite(x: np.ndarray, y: np.ndarray) -> tuple[float, float, flo
     return worst, scale, _ratio(worst, scale)
 
 
-def node_key(i: int, node: onnx.NodeProto) -> str:
-    """A node's name, or its place where it has none (an override is found by it)."""
-    return node.name or f"#{i}"
-
-
 def is_float(a) -> bool:
     return isinstance(a, np.ndarray) and a.dtype.kind == "f"
 
@@ -158,12 +116,16 @@ class ReferenceCheck:
     (`overrides`: node name -> (label, fn)), which the reference's evaluator uses."""
 
     def __init__(self, model64: onnx.ModelProto, fp32: Fp32Values,
-                 fallback: Optional["UnfusedReference"] = None):
+                 fallback: Optional["UnfusedReference"] = None,
+                 known: Optional[dict[str, tuple[str, Callable, str]]] = None):
         self.model64 = model64
         self.fp32 = fp32
         self.fallback = fallback
-        self.opset = next((o.version for o in model64.opset_import if o.domain in ("", "ai.onnx")), 0)
-        self.overrides: dict[str, tuple[str, Callable]] = {}
+        self.opset = default_opset(model64)
+        # the known deviations, replaced from the start (their evidence shown once per op type)
+        self.known = dict(known or {})
+        self.overrides: dict[str, tuple[str, Callable]] = {k: (v[0], v[1]) for k, v in self.known.items()}
+        self._evidence_types: set[str] = set()
         self.parted: list[dict] = []  # every node found wrong, with what happened
         self.unreliable: Optional[dict] = None
         self.first_screened: Optional[dict] = None  # the first tensor past the screen (not yet a fault)
@@ -218,6 +180,10 @@ class ReferenceCheck:
                                        "scale": scale, "ratio": ratio}
                 if rel > SCREEN and past is None:
                     past = {"tensor": out, "max_abs": d, "scale": scale, "rel": rel}
+            key = node_key(i, node)
+            if key in self.known and node.op_type not in self._evidence_types:
+                self._evidence_types.add(node.op_type)
+                self._evidence(i, nodes, results, sample)
             if past is None:
                 continue
             if self.first_screened is None:
@@ -311,6 +277,32 @@ class ReferenceCheck:
             if t.get("independent") and t.get("agrees_with_kernel"):
                 return True
         return False
+
+    def _evidence(self, i: int, nodes: list, results: dict, sample: int) -> None:
+        """A node of a known deviation: the evaluator's own kernel run alone on FP32's
+        inputs, beside the spec's formula now in its place, both against FP32's kernel."""
+        inst = nodes[i]
+        node = inst.onnx_node
+        own = getattr(inst, "_inst", None)
+        inputs = self._inputs32(node, results, sample)
+        outs = [o for o in node.output if o]
+        expect = [self.fp32(o, sample) for o in outs]
+        try:
+            ev = self._worst_of(own.run(*inputs), outs, expect) if own is not None else None
+            fb = self._worst_of(inst.run(*inputs), outs, expect)
+        except Exception:  # noqa: BLE001 - evidence only: the screen judges the node all the same
+            return
+        if ev is None or fb is None:
+            return
+        label, _, why = self.known[node_key(i, node)]
+        self.parted.append({
+            "node": node.name, "op_type": node.op_type, "index": i, "tensor": ev["tensor"], "sample": sample,
+            "max_abs": ev["max_abs"], "scale": ev["scale"], "rel": ev["rel"], "kernel": "onnx.reference",
+            "kernel_local": ev, "tried": [{"with": label, "local": fb, "independent": False,
+                                           "agrees_with_kernel": False}],
+            "fallback": label, "outcome": "known", "why": why,
+            "same_type_nodes": sum(1 for k, v in self.known.items() if v[0] == label) - 1,
+        })
 
     def _spread(self, op_type: str, nodes: list, label: str, after: int) -> int:
         """The formula in place of the evaluator at every later node of `op_type` it

@@ -240,6 +240,8 @@ def reference_check_line(rc: dict | None) -> Optional[str]:
                      "(the truth stands)")
             continue
         head += f"; the evaluator parts from FP32 at {where}"
+        if p.get("outcome") == "known":
+            head += f" ({p['why']})"
         if p.get("fallback"):
             more = p.get("same_type_nodes") or 0
             head += f", replaced by {p['fallback']}" + (f" (and at {more} more {p['op_type']} nodes)" if more else "")
