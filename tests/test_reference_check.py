@@ -94,7 +94,7 @@ def test_the_evaluator_is_wrong_on_paddle_batchnorm_and_the_check_falls_back():
     got = float64_outputs(m, inputs, ["y"], OrtUnfused(), lambda t, k: fp32.get(t))
     rc = got.reference_check
     (k,) = rc["parted"]
-    assert k["outcome"] == "known" and k["node"] == "batch_norm_first" and "never None" in k["why"]
+    assert k["outcome"] == "known" and k["node"] == "batch_norm_first" and "momentum is never None" in k["why"]
     assert k["max_abs"] == pytest.approx(off, rel=1e-6) and k["tried"][0]["local"]["rel"] < 1e-6
     assert rc["reliable"] and rc["fallbacks"] == [{"with": p["fallback"], "nodes": 2}]
     np.testing.assert_array_equal(got[0]["y"][0], found)

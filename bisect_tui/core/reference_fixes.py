@@ -81,9 +81,9 @@ def known_deviation(node: onnx.NodeProto, opset: int) -> Optional[str]:
     if node.op_type != "BatchNormalization" or node.domain not in ("", "ai.onnx"):
         return None
     if _inference_form(node, opset) and _evaluator_trains_batch_norm(node, opset):
-        return (f"onnx.reference runs this opset-{opset} BatchNormalization in training mode "
-                f"({'its momentum, never None once defaulted' if opset >= 9 else 'no is_test'}), "
-                "the spec in inference mode (one output)")
+        since = "momentum is never None once defaulted" if opset >= 9 else "the node has no is_test"
+        return (f"onnx.reference runs opset-{opset} BatchNormalization in training mode, since {since}; "
+                "the spec runs it, with one output, in inference mode")
     return None
 
 
