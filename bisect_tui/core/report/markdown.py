@@ -49,7 +49,7 @@ def arbiter_markdown(arb: dict | None) -> list[str]:
         f"### {sec.title}",
         f"Truth: {md(d['truth_source'])}. The fused result is *not worse than FP32* when its RMSE against the "
         f"truth is within {d['factor']:g}x the FP32 baseline's (PyTorch minifier and msprobe use the same rule).",
-        *([md(d["reference"]) + "."] if d.get("reference") else []),
+        *(["Reference check: " + md(d["reference"]) + "."] if d.get("reference") else []),
         "",
         table(list(sec.table.headers), rows),
         "",
