@@ -253,3 +253,20 @@ def test_numpy_warnings_of_the_float64_run_are_kept_not_printed():
         warnings.simplefilter("error")  # one escaping would fail here
         y = ref.run({"x": np.array([1.0, 800.0], np.float32)}, ["y"])["y"]
     assert np.isinf(y[1]) and any("overflow" in w for w in ref.warning_lines())
+
+
+def test_a_truth_from_ort_in_double_says_it_was_not_checked():
+    nodes = [helper.make_node("FusedMatMul", ["x", "w"], ["y"], domain="com.microsoft", name="fmm")]
+    w = numpy_helper.from_array(np.arange(16, dtype=np.float32).reshape(4, 4) / 7, "w")
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4])], [w])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
+    m.ir_version = 8
+    x = np.linspace(-1, 1, 8, dtype=np.float32).reshape(2, 4)
+    got = float64_outputs(m, InputSet({"x": x[None]}), ["y"], OrtUnfused(), lambda t, k: None)
+    rc = got.reference_check
+    assert got[1] == "onnxruntime in double (ORT_DISABLE_ALL)"
+    assert rc["checked"] is False and "onnxruntime in double" in rc["why"]
+    from bisect_tui.core.report.sections import reference_check_line
+
+    assert reference_check_line(rc).startswith("truth not checked tensor by tensor")

@@ -189,8 +189,10 @@ def arbitrate(
     (reference_check.py); `sensitivity`: the check's 1-ulp run, whose movement of
     each output bounds the baseline's own error against a right truth."""
     factor = factor_for(precision)
-    check = dict(reference_check) if reference_check else {"checked": False, "reliable": None,
-                                                          "why": "no tensor-by-tensor check of this truth"}
+    unchecked = {"checked": False, "reliable": None,
+                 "why": "computed without the FP32 baseline's tensors at hand; the outputs' check against "
+                        "the 1-ulp sensitivity still applies"}
+    check = dict(reference_check) if reference_check else unchecked
     result = Arbitration(truth_source, precision, factor, note=note, reference_check=check)
     at = check.get("unreliable_at")
     # FP32 parts from two independent float64 kernels somewhere: its own error, which the
