@@ -203,6 +203,11 @@ def test_no_fallback_agrees_marks_the_truth_unreliable_and_gives_no_verdict():
     assert "loosen" not in (next_step(summary) or "")
     md = "\n".join(arbiter_markdown(arb))
     assert "no verdict (truth unverified)" in md and "reference unreliable at op y" in md
+    from bisect_tui.core.report.sections import arbiter_lines
+
+    text = "\n".join(arbiter_lines(arb))
+    assert "[no verdict] y:" in text and "no not-worse verdict on an unverified truth" in text
+    assert "loosen" not in text
 
 
 def test_an_output_beyond_fp32_rounding_of_the_sensitivity_run_is_unverified():
