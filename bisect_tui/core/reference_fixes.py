@@ -11,7 +11,7 @@ batch_mean*0.1, the same for the variance). The spec decides the mode by the
 node's outputs (one output, Y: inference with the stored mean and variance;
 opsets 14+ by `training_mode`). Not opset-12 attributes, not `spatial`, not
 broadcasting: the mode. Paddle2ONNX exports at opsets 11-13, so PP-OCRv4 rec
-parts 17.5 on a tensor of scale 34 at its first BatchNormalization, and PP-OCR
+parts 17.5 on a tensor of scale 34 at its first BatchNormalization, and (on the issue's input) PP-OCR
 cls's two probabilities move from [0.0093, 0.9907] to [0.424, 0.576]. At
 opsets 7-8 `BatchNormalization_6` trains unless `is_test`, an attribute those
 opsets no longer have, and fails on its tuple. No tolerance hides that; the fix
