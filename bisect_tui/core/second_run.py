@@ -247,7 +247,12 @@ class SecondRun:
             return None
         if "truth_error" in msg:
             raise UserError(msg["truth_error"])
-        return arrays, msg["truth"].get("ran_with"), msg["truth"].get("fallback_reason")
+        from bisect_tui.core.reference import Truth, log_warnings
+
+        t = msg["truth"]
+        log_warnings(t.get("warnings") or [])
+        return Truth.of(arrays, t.get("ran_with"), t.get("fallback_reason"), t.get("reference_check"),
+                        t.get("warnings") or ())
 
     def abort(self) -> None:
         """Not needed after all (or the run around it failed): stop the child."""
@@ -320,16 +325,26 @@ def load_reference(spec: str) -> "UnfusedReference":
 
 
 class HashSink:
-    """SHA-256 of each tensor over all samples, the digest the manifest records."""
+    """SHA-256 of each tensor over all samples, the digest the manifest records.
 
-    def __init__(self):
+    `keep`: the floating-point arrays are also kept, for the float64 truth's check
+    (the same FP32 baseline, bit for bit when it is deterministic; the second run
+    starts early only when the activations are a small share of the memory budget)."""
+
+    def __init__(self, keep: bool = False):
         self.hashes: dict[str, "hashlib._Hash"] = {}
         self.digests: dict[str, str] = {}
+        self.kept: Optional[dict[tuple[str, int], np.ndarray]] = {} if keep else None
 
     def write(self, tensor: str, sample: int, array: np.ndarray) -> None:
         self.hashes.setdefault(tensor, hashlib.sha256()).update(
             np.ascontiguousarray(array).tobytes()
         )
+        if self.kept is not None and array.dtype.kind == "f":
+            self.kept[(tensor, sample)] = array
+
+    def value(self, tensor: str, sample: int) -> Optional[np.ndarray]:
+        return None if self.kept is None else self.kept.get((tensor, sample))
 
     def end(self, tensor: str) -> None:
         self.digests[tensor] = self.hashes.pop(tensor).hexdigest()
@@ -354,7 +369,8 @@ def main(argv: list[str]) -> int:
     model = _load_prepared(session.model_path)
     with np.load(session.inputs_path, allow_pickle=False) as z:
         inputs = InputSet({k: z[k] for k in z.files}, {})
-    sink = HashSink()
+    truth = plan.get("truth")
+    sink = HashSink(keep=bool(truth))
 
     def progress(p) -> None:
         print(json.dumps({"progress": p.message, "done": p.done, "total": p.total}), flush=True)
@@ -363,9 +379,8 @@ def main(argv: list[str]) -> int:
     # so this process needs no shape inference of its own
     run_groups(reference, model, plan["groups"], inputs, sink, None, None, progress, "determinism")
     print(json.dumps({"digests": sink.digests}), flush=True)
-    truth = plan.get("truth")
     if truth:
-        _float64_truth(model, inputs, truth["outputs"], truth["file"], reference)
+        _float64_truth(model, inputs, truth["outputs"], truth["file"], reference, sink.value)
     return 0
 
 
@@ -383,16 +398,20 @@ def _load_prepared(path: Path):
         raise UserError(f"the second run could not read the session's model: {text}") from None
 
 
-def _float64_truth(model, inputs, outputs: list[str], dest: str, reference: "UnfusedReference") -> None:
+def _float64_truth(model, inputs, outputs: list[str], dest: str, reference: "UnfusedReference",
+                   fp32=None) -> None:
     """The arbiter's float64 run of the whole model (it needs no engine), while
     the parent judges the engine; the arrays go to `dest` (in the session's tmp/),
-    one line says what computed them."""
+    one line says what computed them, how the truth compared with `fp32` (this
+    process's own FP32 run, tensor by tensor) and numpy's warnings, which the
+    parent writes to the session's log."""
     import os
 
     from bisect_tui.core.reference import float64_outputs
 
     try:
-        arrays, ran_with, fallback_reason = float64_outputs(model, inputs, outputs, reference)
+        got = float64_outputs(model, inputs, outputs, reference, fp32)
+        arrays, ran_with, fallback_reason = got
     except UserError as exc:
         print(json.dumps({"truth_error": str(exc)}), flush=True)
         return
@@ -400,7 +419,9 @@ def _float64_truth(model, inputs, outputs: list[str], dest: str, reference: "Unf
     with open(part, "wb") as fh:
         np.savez(fh, **{f"o{i}": arrays[n] for i, n in enumerate(outputs)})
     os.replace(part, dest)
-    print(json.dumps({"truth": {"ran_with": ran_with, "fallback_reason": fallback_reason}}), flush=True)
+    print(json.dumps({"truth": {"ran_with": ran_with, "fallback_reason": fallback_reason,
+                                "reference_check": got.reference_check, "warnings": list(got.warnings)}},
+                     default=float), flush=True)
 
 
 def _exit_now(code: int) -> None:

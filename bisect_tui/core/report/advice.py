@@ -12,7 +12,9 @@ def arbiter_all_too_tight(s: dict) -> bool:
     arb = s.get("arbiter") or {}
     failing = s.get("failing_outputs") or []
     outs = arb.get("outputs") or {}
-    return bool(arb.get("available") and failing and all(n in outs and outs[n]["too_tight"] for n in failing))
+    unverified = bool((arb.get("reference_check") or {}).get("unreliable_at"))  # never on an unverified truth
+    return bool(arb.get("available") and failing and not unverified
+                and all(n in outs and outs[n]["too_tight"] for n in failing))
 
 
 def export_next_step(fw: dict) -> str:

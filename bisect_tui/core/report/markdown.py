@@ -11,7 +11,7 @@ from bisect_tui.core.escape import md, md_code
 from bisect_tui.core.report.framework import framework_section
 from bisect_tui.core.report.mdtools import LONG_TABLE_ROWS, code_cell as _c, details, fenced, image, table, text as _t
 from bisect_tui.core.report.sections import (
-    arbiter_section, baseline_section, engine_section, outputs_section, shared_section
+    arbiter_section, baseline_section, engine_section, outputs_section, ratio_words, shared_section
 )
 from bisect_tui.core.report.words import (
     cos_text, fmt, sensitivity_text, shown_path, size_text, tolerance_text, verdict_text
@@ -39,15 +39,17 @@ def arbiter_markdown(arb: dict | None) -> list[str]:
     d = sec.data
     if not d["available"]:
         return [f"Float64 arbiter: not run ({md(d['reason'])}).", ""]
-    rows = [[_c(name), "not worse than FP32" if not_worse else "**worse than FP32**", fmt(base_rmse),
-             fmt(fused_rmse), f"{fmt(ratio)}x", fmt(fw_rmse) if has_fw else "-",
+    rows = [[_c(name), "no verdict (truth unverified)" if unverified else
+             ("not worse than FP32" if not_worse else "**worse than FP32**"), fmt(base_rmse),
+             fmt(fused_rmse), ratio_words(ratio, floor), fmt(fw_rmse) if has_fw else "-",
              "FAIL (too tight)" if too_tight else ("PASS" if tol_passed else "FAIL")]
-            for (name, not_worse, base_rmse, fused_rmse, ratio, fw_rmse, too_tight, tol_passed, _, _), has_fw
-            in zip(sec.table.rows, d["has_framework"])]
+            for (name, not_worse, base_rmse, fused_rmse, ratio, fw_rmse, too_tight, tol_passed, _, _, floor,
+                 unverified), has_fw in zip(sec.table.rows, d["has_framework"])]
     return [
         f"### {sec.title}",
         f"Truth: {md(d['truth_source'])}. The fused result is *not worse than FP32* when its RMSE against the "
         f"truth is within {d['factor']:g}x the FP32 baseline's (PyTorch minifier and msprobe use the same rule).",
+        *(["Reference check: " + md(d["reference"]) + "."] if d.get("reference") else []),
         "",
         table(list(sec.table.headers), rows),
         "",

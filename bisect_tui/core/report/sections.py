@@ -201,12 +201,17 @@ def arbiter_section(arb: dict | None) -> Optional[Section]:
     for name, o in arb["outputs"].items():
         rows.append((name, o["not_worse"], o["baseline"]["rmse"], o["fused"]["rmse"], o["ratio"],
                      o["framework"]["rmse"] if o.get("framework") else None,
-                     o["too_tight"], o["tolerance_passed"], o["baseline"]["max_abs"], o["fused"]["max_abs"]))
+                     o["too_tight"], o["tolerance_passed"], o["baseline"]["max_abs"], o["fused"]["max_abs"],
+                     o.get("floor") if o.get("floored") else None, o.get("verdict") == "unverified"))
         row_notes = []
-        if not o["not_worse"] and o["tolerance_passed"] and arb.get("precision") not in ("fp16", "bf16"):
+        if o.get("unverified"):
+            row_notes.append(o["unverified"] + "; no not-worse verdict on an unverified truth")
+        if o.get("verdict") == "unverified":
+            pass
+        elif not o["not_worse"] and o["tolerance_passed"] and arb.get("precision") not in ("fp16", "bf16"):
             row_notes.append("more error than FP32 itself, yet within the tolerance: it matters only if "
                              "your tolerance should be as tight as FP32's own error")
-        if not o["not_worse"] and arb.get("precision") in ("fp16", "bf16"):
+        if not o["not_worse"] and arb.get("precision") in ("fp16", "bf16") and o.get("verdict") != "unverified":
             row_notes.append(f"expected for a {arb['precision']} engine: its own rounding is far above FP32's; "
                              "the tolerance, not this ratio, says whether it is good enough")
         if o["too_tight"]:
@@ -217,7 +222,37 @@ def arbiter_section(arb: dict | None) -> Optional[Section]:
         ("output", "arbiter", "baseline RMSE vs float64", "fused RMSE vs float64", "ratio",
          "PyTorch FP32 RMSE", "tolerance"), tuple(rows)), notes=tuple(notes),
         data={"available": True, "truth_source": arb["truth_source"], "factor": arb["factor"],
-              "note": arb.get("note"), "has_framework": [bool(o.get("framework")) for o in arb["outputs"].values()]})
+              "note": arb.get("note"), "has_framework": [bool(o.get("framework")) for o in arb["outputs"].values()],
+              "reference": reference_check_line(arb.get("reference_check"))})
+
+
+def reference_check_line(rc: dict | None) -> Optional[str]:
+    """How the truth proved itself against the FP32 baseline, in one line (None: no record)."""
+    if not rc:
+        return None
+    if not rc.get("checked"):
+        return f"truth not checked tensor by tensor ({rc.get('why') or 'no FP32 values'})"
+    head = f"truth checked against the FP32 baseline: {rc.get('tensors_compared', 0)} tensors"
+    for p in rc.get("parted") or ():
+        where = f"{p['tensor']} ({p['op_type']}, node {p['node']}): {fmt(p['max_abs'])} off on a scale of {fmt(p['scale'])}"
+        if p.get("outcome") == "fp32_own":
+            head += (f"; FP32 parts from two float64 kernels at {where}: FP32's own rounding there "
+                     "(the truth stands)")
+            continue
+        head += f"; the evaluator parts from FP32 at {where}"
+        if p.get("outcome") == "known":
+            head += f" ({p['why']})"
+        if p.get("fallback"):
+            more = p.get("same_type_nodes") or 0
+            head += f", replaced by {p['fallback']}" + (f" (and at {more} more {p['op_type']} nodes)" if more else "")
+        else:
+            head += ", and no fallback agrees"
+    at = rc.get("unreliable_at")
+    if at:
+        return head + f"; reference unreliable at op {at['tensor']} ({at['op_type']}, node {at['node']})"
+    if rc.get("outputs") and not all(o["within"] for o in rc["outputs"].values()):
+        return head + "; an output's baseline error vs the truth is beyond FP32 rounding: truth unverified"
+    return head + "; agrees within FP32 rounding"
 
 
 def arbiter_lines(arb: dict | None) -> list[str]:
@@ -231,13 +266,23 @@ def arbiter_lines(arb: dict | None) -> list[str]:
            f"is within {d['factor']:g}x the FP32 baseline's"]
     if d["note"]:
         out.append(f"  ({term(d['note'])})")
+    if d.get("reference"):
+        out.append(f"  ({term(d['reference'])})")
     for row, notes, has_fw in zip(sec.table.rows, sec.notes, d["has_framework"]):
-        name, not_worse, base_rmse, fused_rmse, ratio, fw_rmse, _, _, base_abs, fused_abs = row
-        line = (f"  [{'not worse' if not_worse else 'WORSE'}] {term(name)}: vs float64 RMSE baseline "
-                f"{fmt(base_rmse)}, fused {fmt(fused_rmse)} ({fmt(ratio)}x); max_abs baseline {fmt(base_abs)}, "
-                f"fused {fmt(fused_abs)}")
+        name, not_worse, base_rmse, fused_rmse, ratio, fw_rmse, _, _, base_abs, fused_abs, floor, unverified = row
+        tag = "no verdict" if unverified else ("not worse" if not_worse else "WORSE")
+        line = (f"  [{tag}] {term(name)}: vs float64 RMSE baseline "
+                f"{fmt(base_rmse)}, fused {fmt(fused_rmse)} ({ratio_words(ratio, floor)}); max_abs baseline "
+                f"{fmt(base_abs)}, fused {fmt(fused_abs)}")
         if has_fw:
             line += f"; PyTorch FP32 RMSE {fmt(fw_rmse)}"
         out.append(line)
         out += [f"         {n}" for n in notes]
     return out
+
+
+def ratio_words(ratio: float, floor: Optional[float]) -> str:
+    """fused/baseline as printed, or fused/floor said as such (a baseline below one FP32 epsilon)."""
+    if floor is None:
+        return f"{fmt(ratio)}x"
+    return f"{fmt(ratio)}x the FP32 floor {fmt(floor)}, which the baseline is below"

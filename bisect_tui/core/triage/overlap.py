@@ -165,7 +165,8 @@ class Overlap:
         got = src.truth() if src is not None else None
         if got is not None and set(got[0]) == set(outputs):
             return got
-        from bisect_tui.core.reference import float64_outputs
+        from bisect_tui.core.reference import dump_values, float64_outputs
 
-        return float64_outputs(self.info.model, self.inputs, outputs, self.reference)
+        return float64_outputs(self.info.model, self.inputs, outputs, self.reference,
+                               dump_values(self.session, self.baseline.manifest))
 

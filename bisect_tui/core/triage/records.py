@@ -198,7 +198,7 @@ class FrameworkResult:
                       "export_matches": bool(d.get("export_matches")), "pitfalls": tuple(d.get("pitfalls") or ())})
 
 
-_JUDGED_KEYS = ("truth_source", "precision", "factor", "note", "all_not_worse")
+_JUDGED_KEYS = ("truth_source", "precision", "factor", "note", "all_not_worse", "reference_check")
 
 
 @dataclass(frozen=True)

@@ -304,7 +304,7 @@ class Triage(Overlap, FusedStep, TorchFrontEnd, Verdicts):
             self._drop_truth_source()
             self.arbiter = unavailable("the fused engine did not build or run: no output to judge")
             return self.arbiter
-        key = stable_key("arbiter/v1", self.baseline.manifest["key"], self.check.key,
+        key = stable_key("arbiter/v2", self.baseline.manifest["key"], self.check.key,
                          self._torch.loaded.state_sha256 if self._torch else None)
         cached = self.session.read_json("arbiter.json")
         if cached and cached.get("key") == key:
@@ -328,20 +328,23 @@ class Triage(Overlap, FusedStep, TorchFrontEnd, Verdicts):
                     for n in outputs}
         framework = None
         note = None
+        got = None
         try:
             if self._torch is not None:
                 from bisect_tui.frontends.torch.step import float64_truth
 
                 truth, framework, source = float64_truth(self, self._torch)
             else:
-                truth, source, note = self._float64_truth(outputs)
+                got = self._float64_truth(outputs)
+                truth, source, note = got
         except UserError as exc:
             self.arbiter = {"key": key, **unavailable(str(exc))}
             self.session.write_json("arbiter.json", self.arbiter)
             return self.arbiter
         passed = {n: o.passed for n, o in self.check.outputs.items()}
         arb = arbitrate(truth, baseline, fused, self.check.config["precision"], source, passed,
-                        framework, note)
+                        framework, note, reference_check=getattr(got, "reference_check", None),
+                        sensitivity=self.check.sensitivity)
         self.arbiter = {"key": key, **arb.to_dict(), "seconds": time.perf_counter() - t0}
         self.session.write_json("arbiter.json", self.arbiter)
         return self.arbiter
