@@ -10,10 +10,11 @@ step of the search (so it is cached and resumable). Keeping more nodes in FP32
 is assumed to never hurt, which makes "smallest prefix of a ranked list that
 passes" a binary search. The ranking puts first what the evidence points at:
 nodes named in the engine's error message, nodes fed by weights that FP16
-cannot hold (overflow to inf, or underflow into subnormals), producers of the
+cannot hold (initializers or `Constant` nodes) (overflow to inf, or underflow into subnormals), producers of the
 range check's FP16 overflow tensors, and the probe's tensors with the largest
-error; then every other node in graph order. The seeds are tried first (when
-they pass, "keep everything" is never built), then everything. Each node of the answer is
+error; then every other node in graph order (`Constant` nodes last). Before
+any of it counts, the control "keep everything" must reproduce the engine in
+FP32 (keepset_control.py); then the seeds are tried, then everything. Each node of the answer is
 necessary given the others (a one-minimal set), found with about
 log2(candidates) builds per node.
 """
@@ -28,6 +29,7 @@ from typing import Optional
 import numpy as np
 from onnx import numpy_helper
 
+from bisect_tui.core.bisect.keepset_control import failed_explanation, run_control
 from bisect_tui.core.bisect.records import KeepSet
 from bisect_tui.core.bisect.trials import BuildBudgetExceeded
 
@@ -35,16 +37,27 @@ FP16_MAX = 65504.0
 FP16_MIN_NORMAL = 6.103515625e-05
 
 
+def _float_weights(model):
+    """(name, array) of every FP32 weight: initializers and the values of
+    `Constant` nodes (Paddle2ONNX keeps its weights there)."""
+    for t in model.graph.initializer:
+        if t.data_type == 1:  # FLOAT only: the converter leaves other types alone
+            yield t.name, t
+    for n in model.graph.node:
+        if n.op_type == "Constant" and n.output:
+            a = next((a for a in n.attribute if a.name == "value"), None)
+            if a is not None and a.t.data_type == 1:
+                yield n.output[0], a.t
+
+
 def weight_findings(model) -> list[dict]:
-    """Initializers whose values FP16 cannot hold, with the nodes that read them."""
+    """Weights whose values FP16 cannot hold, with the nodes that read them."""
     consumers: dict[str, list[str]] = {}
     for n in model.graph.node:
         for i in n.input:
             consumers.setdefault(i, []).append(n.name)
     rows = []
-    for t in model.graph.initializer:
-        if t.data_type != 1:  # FLOAT only: the converter leaves other types alone
-            continue
+    for name, t in _float_weights(model):
         a = np.abs(numpy_helper.to_array(t).astype(np.float64)).reshape(-1)
         if a.size == 0:
             continue
@@ -52,7 +65,7 @@ def weight_findings(model) -> list[dict]:
         over = int((a > FP16_MAX).sum())
         under = float((nz < FP16_MIN_NORMAL).mean()) if nz.size else 0.0
         if over or under > 0.5:
-            rows.append({"initializer": t.name, "nodes": consumers.get(t.name, []),
+            rows.append({"initializer": name, "nodes": consumers.get(name, []),
                          "abs_max": float(a.max()), "overflow_count": over,
                          "subnormal_share": under,
                          "finding": (f"{over} value(s) above FP16's max 65504" if over else
@@ -90,17 +103,25 @@ def rank_candidates(triage, search: dict) -> tuple[list[str], list[dict]]:
         if not row.get("passed", True):
             add(producer.get(row["tensor"]), f"its output is x{row['ratio']:.3g} of the tolerance")
     seed_names = [s for s, _ in seeds]
-    ranked = seed_names + [n for n in order if n not in seed_names]
+    # a Constant computes nothing: its value follows its consumers (last, not out)
+    rest = [n for n in order if n not in seed_names]
+    ranked = seed_names + [n for n in rest if index.by_name[n].op_type != "Constant"] + \
+        [n for n in rest if index.by_name[n].op_type == "Constant"]
     return ranked, [{"node": s, "why": why} for s, why in seeds]
 
 
-def precision_search(bisector, candidates: tuple[list[str], list[dict]]) -> KeepSet:
+def precision_search(bisector, candidates: tuple[list[str], list[dict]], floor: Optional[float] = None) -> KeepSet:
     """Smallest proven keep-set for the engine config of `bisector`, over
-    `candidates` (rank_candidates: node names most suspect first, the seeds)."""
+    `candidates` (rank_candidates: node names most suspect first, the seeds).
+
+    The control comes first (keepset_control): "keep every node" must
+    reproduce the engine in FP32 before any keep-set test counts; `floor` is
+    the FP32 rounding floor it is judged with."""
     cfg = bisector.config
     ranked, seeds = candidates
     start = bisector.builds
     tests: list[dict] = []
+    control: Optional[dict] = None
 
     def passes(keep: list[str]) -> bool:
         step = bisector.evaluate(f"keep {len(keep)} in FP32", None, cfg.with_keep_fp32(keep))
@@ -109,22 +130,24 @@ def precision_search(bisector, candidates: tuple[list[str], list[dict]]) -> Keep
         return step.passed
 
     engine = bisector.engine
+    pin = engine.workaround_text({"kind": "keep_fp32"})
 
     def result(**found) -> KeepSet:
-        return KeepSet(engine_pin=engine.workaround_text({"kind": "keep_fp32"}), candidates=len(ranked),
-                       seeds=seeds, tests=tests, builds=bisector.builds - start,
+        return KeepSet(engine_pin=pin, candidates=len(ranked), seeds=seeds, tests=tests,
+                       builds=bisector.builds - start, control=control,
                        **{"keep_fp32": [], "passed": False, **found})
 
     try:
-        # the evidence first: when the seeds alone pass, "keep everything" needs no build
+        control = run_control(bisector, ranked, floor)
+        if not control["reproduces_fp32"]:
+            return result(instrument_failed=True, explanation=failed_explanation(control, pin))
+        if not control["keep_all"]["passed"]:
+            return result(explanation="even with every node kept in FP32 the engine fails, and that control "
+                                      "reproduces the engine in FP32: the precision of single nodes is not the "
+                                      "cause (inputs/outputs, a kernel, or the engine)")
+        # the evidence first: when the seeds alone pass, the search stays among them
         seed_names = [s["node"] for s in seeds]
-        if seed_names and passes(seed_names):
-            pool = seed_names
-        elif len(seed_names) < len(ranked) and passes(ranked):
-            pool = ranked
-        else:
-            return result(explanation="even with every node kept in FP32 the engine fails: the precision of "
-                                      "single nodes is not the cause (inputs/outputs, a kernel, or the engine)")
+        pool = seed_names if seed_names and passes(seed_names) else ranked
         needed: list[str] = []
         while pool:
             if needed and passes(needed):

@@ -173,13 +173,16 @@ class KeepSet:
     setting: Optional[str] = None
     cli: Optional[str] = None
     explanation: Optional[str] = None
+    # "keep every node" against the engine in FP32 (keepset_control.py); failed: nothing concluded
+    control: Optional[dict] = None
+    instrument_failed: bool = False
 
     _ORDER = ("engine_pin", "candidates", "seeds", "keep_fp32", "passed", "tests", "metrics", "setting", "cli",
-              "explanation", "builds")
+              "explanation", "builds", "control", "instrument_failed")
 
     def to_json(self) -> dict:
         d = {k: getattr(self, k) for k in self._ORDER}
-        for k in ("metrics", "setting", "cli", "explanation"):
+        for k in ("metrics", "setting", "cli", "explanation", "control"):
             if d[k] is None:
                 d.pop(k)
         d["tests_run"] = len(self.tests)

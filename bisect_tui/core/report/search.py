@@ -156,8 +156,13 @@ def precision_lines(p) -> list[str]:
         return [f"precision setting: the full engine rebuilt in {p['precision'].upper()} {verdict} "
                 f"(x{fmt(p.get('ratio'))} of tolerance)" + (f"; setting: {term(p['setting'])}" if p.get("setting") else ""),
                 "  (this engine cannot keep single nodes in high precision, so no keep-set is searched)"]
+    ctl = p.get("control")
+    ctl_lines = [f"  control (every node kept in FP32 vs the engine in FP32): "
+                 f"{'reproduces FP32' if ctl.get('reproduces_fp32') else 'does NOT reproduce FP32'}; "
+                 f"{term(ctl.get('how', ''))}"] if ctl else []
     if not p.get("passed"):
-        return [f"keep-set: none found in {p['builds']} builds ({p.get('explanation', 'see steps')})"]
+        head = "keep-set: instrument failed" if p.get("instrument_failed") else "keep-set: none found"
+        return [f"{head} in {p['builds']} builds ({term(p.get('explanation', 'see steps'))})", *ctl_lines]
     m = p["metrics"]
     return [
         f"keep-set: keep {len(p['keep_fp32'])} of {p['candidates']} original node(s) in FP32 -> full engine "
@@ -165,6 +170,7 @@ def precision_lines(p) -> list[str]:
         f"  nodes: {term(', '.join(p['keep_fp32']))}",
         f"  setting: {term(p['setting'])}",
         f"  bisect-tui: {term(p['cli'])}",
+        *ctl_lines,
     ]
 
 
