@@ -288,9 +288,7 @@ def fp16_model_path(model_path: Path, workdir: Path, keep_fp32: Collection[str] 
         converted, _ = convert(load_model(model_path), keep)
     except Exception as e:  # the converter asserts on models it cannot handle
         raise EngineBuildError(f"could not convert the model to fp16: {first_line(e)}", first_line(e)) from None
-    from bisect_tui.engines.ort import session
-
-    save_model(converted, cached, session._threshold())
+    save_model(converted, cached)  # weights outside above onnx_files' threshold (a proto stops at 2 GiB)
     return cached
 
 
