@@ -29,8 +29,8 @@ FP32_KIND = "control: the same engine in FP32"
 
 def rounding_floor(triage) -> Optional[float]:
     """The largest output move of the 1-ulp sensitivity run (None when not run)."""
-    fused = getattr(triage, "fused", None)
-    sens = getattr(fused, "sensitivity", None) or {}
+    fused = getattr(triage, "fused", None)  # the check's JSON
+    sens = (fused.get("sensitivity") if isinstance(fused, dict) else getattr(fused, "sensitivity", None)) or {}
     outs = sens.get("outputs") or {}
     moves = [o.get("max_abs") for o in outs.values() if isinstance(o.get("max_abs"), (int, float))]
     return max(moves) if moves else None
