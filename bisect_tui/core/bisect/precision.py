@@ -14,9 +14,13 @@ cannot hold (initializers or `Constant` nodes) (overflow to inf, or underflow in
 range check's FP16 overflow tensors, and the probe's tensors with the largest
 error; then every other node in graph order (`Constant` nodes last). Before
 any of it counts, the control "keep everything" must reproduce the engine in
-FP32 (keepset_control.py); then the seeds are tried, then everything. Each node of the answer is
-necessary given the others (a one-minimal set), found with about
-log2(candidates) builds per node.
+FP32 (keepset_control.py); then the seeds are tried, then everything. Up to
+SMALL_SET nodes each node of the answer is necessary given the others (a
+one-minimal set), found with about log2(candidates) builds per node. A model
+that needs many nodes (FP16 error summed over a whole network: PP-OCRv4 rec
+needs ~200 of 440) would spend hundreds of builds that way, so a larger pool
+is first cut to its smallest passing prefix and then shrunk by dropping chunks
+while the rest passes; every set reported passed a full engine build.
 """
 
 from __future__ import annotations
@@ -110,6 +114,64 @@ def rank_candidates(triage, search: dict) -> tuple[list[str], list[dict]]:
     return ranked, [{"node": s, "why": why} for s, why in seeds]
 
 
+SMALL_SET = 24  # one-minimal by binary search per node (about log2(n) builds each) up to this size
+SHRINK_BUILDS = 48  # larger passing sets: chunks dropped while each drop still passes, this many builds at most
+
+
+def _smallest_prefix(pool: list[str], passes) -> list[str]:
+    """The shortest prefix of `pool` (which passes whole) that passes: log2 builds."""
+    lo, hi = 1, len(pool)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if passes(pool[:mid]):
+            hi = mid
+        else:
+            lo = mid + 1
+    return pool[:hi]
+
+
+def _shrink(keep: list[str], passes, bisector, max_builds: int, state: dict) -> list[str]:
+    """Drop chunks (halves, then quarters, ...) of a passing set while the rest
+    still passes (ddmin's complement step); stops at SMALL_SET nodes or after
+    `max_builds` builds, every intermediate set proven by a full build."""
+    start = bisector.builds
+    chunks = 2
+    while len(keep) > SMALL_SET and bisector.builds - start < max_builds:
+        size = -(-len(keep) // chunks)
+        i, dropped = 0, False
+        while i < len(keep) and bisector.builds - start < max_builds:
+            trial = keep[:i] + keep[i + size:]
+            if trial and passes(trial):
+                keep, dropped = trial, True
+                state["best"] = keep
+            else:
+                i += size
+        if size == 1:
+            break
+        chunks = max(2, chunks - 1) if dropped else min(len(keep), chunks * 2)
+    return keep
+
+
+def _one_minimal(pool: list[str], passes, state: dict) -> list[str]:
+    """Each node necessary given the others: the last needed node of the
+    smallest passing prefix, repeated (about log2(len) builds per node)."""
+    needed: list[str] = []
+    while pool:
+        if needed and passes(needed):
+            break
+        lo, hi = 1, len(pool)  # needed + pool[:hi] is known to pass
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if passes(needed + pool[:mid]):
+                hi = mid
+                state["best"] = needed + pool[:mid]
+            else:
+                lo = mid + 1
+        needed.append(pool[lo - 1])
+        pool = pool[: lo - 1]
+    return needed
+
+
 def precision_search(bisector, candidates: tuple[list[str], list[dict]], floor: Optional[float] = None) -> KeepSet:
     """Smallest proven keep-set for the engine config of `bisector`, over
     `candidates` (rank_candidates: node names most suspect first, the seeds).
@@ -148,22 +210,21 @@ def precision_search(bisector, candidates: tuple[list[str], list[dict]], floor: 
         # the evidence first: when the seeds alone pass, the search stays among them
         seed_names = [s["node"] for s in seeds]
         pool = seed_names if seed_names and passes(seed_names) else ranked
-        needed: list[str] = []
-        while pool:
-            if needed and passes(needed):
-                break
-            lo, hi = 1, len(pool)  # needed + pool[:hi] is known to pass
-            while lo < hi:
-                mid = (lo + hi) // 2
-                if passes(needed + pool[:mid]):
-                    hi = mid
-                else:
-                    lo = mid + 1
-            needed.append(pool[lo - 1])
-            pool = pool[: lo - 1]
-        keep = sorted(needed, key=ranked.index)
+        state = {"best": list(pool), "how": "one-minimal"}  # best: a keep-set known to pass
+        try:
+            if len(pool) > SMALL_SET:
+                state["best"] = _smallest_prefix(pool, passes)
+                state["best"] = _shrink(state["best"], passes, bisector, SHRINK_BUILDS, state)
+            if len(state["best"]) <= SMALL_SET:
+                state["best"] = _one_minimal(state["best"], passes, state)
+            else:
+                state["how"] = (f"not one-minimal: {len(state['best'])} nodes after {SHRINK_BUILDS} builds of "
+                                "shrinking (every set tried passed with the full engine)")
+        except BuildBudgetExceeded as exc:
+            state["how"] = f"not one-minimal: {exc}; the smallest passing set so far"
+        keep = sorted(state["best"], key=ranked.index)
         proof = bisector.evaluate(f"keep {len(keep)} in FP32", None, cfg.with_keep_fp32(keep))  # cached
-        return result(keep_fp32=keep, passed=proof.passed,
+        return result(keep_fp32=keep, passed=proof.passed, minimality=state["how"],
                       metrics={"ratio": proof.ratio, "max_abs": proof.max_abs, "summary": proof.summary},
                       setting=engine.workaround_text({"kind": "keep_fp32", "keep_fp32": keep}),
                       # a shell line the user copies: every node name quoted

@@ -45,6 +45,13 @@ class BuildBudgetExceeded(Exception):
         super().__init__(f"stopped after {n} engine builds (--max-builds)")
 
 
+def _elementwise(j) -> Optional[float]:
+    from bisect_tui.core.bisect.judge import elementwise_ratio
+
+    r = elementwise_ratio(j)
+    return None if r is None else finite(r)
+
+
 def finite(x: float) -> float:
     """A ratio or error as JSON can hold it (an infinite ratio: a failed build)."""
     try:
@@ -195,7 +202,7 @@ class Trials:
             step = Step(
                 n=self.store.next_n, kind=p.kind, region=p.region, enabled=list(p.ids),
                 config=step_config(p.config), marks=len(p.marks), passed=j.passed, ratio=finite(j.ratio),
-                max_abs=finite(j.max_abs), summary=j.summary, builds=self.builds, cached=False,
+                max_abs=finite(j.max_abs), summary=j.summary, elementwise_ratio=_elementwise(j), builds=self.builds, cached=False,
                 seconds=res.seconds, fused_in_build=fused_count, key=p.key,
                 optimized=optimized, error_kind=res.error_kind, error=res.error, unblocked=res.unblocked,
                 worker=res.worker, round_size=len(plans) if len(plans) > 1 else None,
@@ -242,7 +249,7 @@ class Trials:
         step = Step(
             n=self.store.next_n, kind=plan.kind, region=plan.region, enabled=[u.index],
             config=step_config(self.config), marks=0, passed=j.passed, ratio=finite(j.ratio),
-            max_abs=finite(j.max_abs), summary=j.summary, builds=self.builds, cached=False,
+            max_abs=finite(j.max_abs), summary=j.summary, elementwise_ratio=_elementwise(j), builds=self.builds, cached=False,
             seconds=res["seconds"], key=key, worker="main", subgraph=True,
         )
         self.record(step)

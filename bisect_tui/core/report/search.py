@@ -104,10 +104,20 @@ def culprits_section(b: dict, engine: str = "") -> Section:
                          for w in c["worst_elements"]] for c in culprits]})
 
 
+def step_ratio(st: dict) -> float:
+    """The "x tolerance" a step shows: its elementwise atol/rtol ratio where it has
+    one (comparable between steps: it grows with the error), else the verdict's
+    worst criterion; also that when a step fails on another criterion alone."""
+    e = st.get("elementwise_ratio")
+    if e is None or (not st["passed"] and e <= 1):
+        return st["ratio"]
+    return e
+
+
 def steps_section(b: dict) -> Section:
     return Section("Steps", table=Table(
         ("step", "kind", "region", "marked", "builds", "x tolerance", "max abs", "verdict"),
-        tuple((st["n"], st["kind"], st["region"], st["marks"], st["builds"], st["ratio"], st["max_abs"],
+        tuple((st["n"], st["kind"], st["region"], st["marks"], st["builds"], step_ratio(st), st["max_abs"],
                st["passed"]) for st in b["steps"])))
 
 
@@ -170,6 +180,7 @@ def precision_lines(p) -> list[str]:
         f"  nodes: {term(', '.join(p['keep_fp32']))}",
         f"  setting: {term(p['setting'])}",
         f"  bisect-tui: {term(p['cli'])}",
+        *([f"  minimality: {term(p['minimality'])}"] if p.get("minimality") else []),
         *ctl_lines,
     ]
 
