@@ -240,3 +240,27 @@ def test_a_failed_control_concludes_nothing_about_the_model(transformer, tmp_pat
     assert "not the cause" not in p["explanation"] and "instrument failed its control" in p["explanation"]
     assert "instrument failed" in out and "not the cause" not in out
     assert len(p["tests"]) == 0  # no keep-set test was run on a broken instrument
+
+
+def test_steps_compare_by_the_elementwise_ratio_not_the_saturated_cosine():
+    """PP-OCRv4 det in FP16: the full engine read x972.8 (cosine 0.03: (1 - cos) / (1 - 0.999))
+    and a keep-set step that halved the error x1000 (cosine below 0). The steps table shows the
+    worst |err| / (atol + rtol*|ref|), which halves with the error."""
+    from bisect_tui.core.bisect.judge import OutputJudge, elementwise_ratio
+    from bisect_tui.core.report.search import step_ratio
+    from bisect_tui.core.tolerance import parse_tolerance
+
+    rng = np.random.default_rng(0)
+    ref = np.abs(rng.standard_normal((1, 4096))).astype(np.float32) * 1e-4  # tiny probabilities
+    judge = OutputJudge({"y": ref}, parse_tolerance("fp16"))
+    noise = rng.standard_normal((1, 4096)).astype(np.float32)
+    full = judge.judge([{"y": ref[0] + noise[0] * 0.2 + 0.03}])  # some correlation left
+    half = judge.judge([{"y": ref[0] - np.abs(noise[0]) * 0.1}])  # half the error, anti-correlated
+    assert not full.passed and not half.passed
+    assert half.ratio >= full.ratio  # the verdict's worst criterion: the halving does not show
+    e_full, e_half = elementwise_ratio(full), elementwise_ratio(half)
+    assert e_half < 0.75 * e_full
+    row = lambda j: {"passed": j.passed, "ratio": j.ratio, "elementwise_ratio": elementwise_ratio(j)}  # noqa: E731
+    assert step_ratio(row(half)) < step_ratio(row(full))
+    # a step that fails on the cosine alone still shows the ratio that failed it
+    assert step_ratio({"passed": False, "ratio": 3.0, "elementwise_ratio": 0.5}) == 3.0

@@ -281,7 +281,7 @@ def fp16_model_path(model_path: Path, workdir: Path, keep_fp32: Collection[str] 
 
     keep = sorted(set(keep_fp32))
     tag = "" if not keep else "_keep" + hashlib.sha1("\n".join(keep).encode()).hexdigest()[:10]
-    cached = Path(workdir) / f"fp16v{VERSION}_{file_hash(model_path)}{tag}.onnx"
+    cached = Path(workdir) / f"fp16_v{VERSION}_{file_hash(model_path)}{tag}.onnx"
     if cached.exists():
         return cached
     try:
