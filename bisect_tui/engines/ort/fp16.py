@@ -186,7 +186,7 @@ def repair_casts(converted: onnx.ModelProto, original_nodes: set[str],
                     if src is not None:
                         rename[name] = src
                 _rename_outer(sub, rename)
-    removed = _drop_dead(converted)
+    removed = _drop_dead(converted, original_nodes)
     return {"round_trips_removed": identities, "dead_nodes_removed": removed}
 
 
@@ -197,8 +197,9 @@ def _unique(base: str, *taken) -> str:
     return name
 
 
-def _drop_dead(model: onnx.ModelProto) -> int:
-    """Casts and initializers nothing reads any more (repeated until none)."""
+def _drop_dead(model: onnx.ModelProto, original_nodes: set[str]) -> int:
+    """The converter's Casts (and the Identities made of them) and the
+    initializers nothing reads any more; the model's own nodes all stay."""
     g = model.graph
     outputs = {o.name for o in g.output}
     removed = 0
@@ -207,7 +208,8 @@ def _drop_dead(model: onnx.ModelProto) -> int:
         for n in g.node:
             for sub in _subgraphs(n):
                 read |= _reads_in(sub)
-        dead = [n for n in g.node if n.op_type in ("Cast", "Identity") and not any(o in read for o in n.output)]
+        dead = [n for n in g.node if n.name not in original_nodes and n.op_type in ("Cast", "Identity")
+                and not any(o in read for o in n.output)]
         if not dead:
             break
         dead_ids = {id(n) for n in dead}
@@ -219,6 +221,7 @@ def _drop_dead(model: onnx.ModelProto) -> int:
     for n in g.node:
         for sub in _subgraphs(n):
             read |= _reads_in(sub)
+    read |= {i.name for i in g.input}  # an initializer listed as an input (IR < 4) stays
     unused = [t for t in g.initializer if t.name not in read]
     if unused:
         live_t = [t for t in g.initializer if t.name in read]
