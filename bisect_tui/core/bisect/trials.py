@@ -16,6 +16,7 @@ import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Callable, Optional
 
 from bisect_tui.core import atomic, safepath
@@ -330,6 +331,7 @@ class Trials:
             summary="PASS" if check["passed"] else worst["summary"], builds=0, cached=True,
             seconds=check.get("build_seconds", 0.0), fused_in_build=len(check["fused_nodes"]), key=key,
             optimized=check["optimized_model"],
+            elementwise_ratio=_elementwise(SimpleNamespace(outputs=check["outputs"])),
         ).to_json()
         self.store.save(rec, **{"from": "check.json"})
         if check_map and check_map[0] == check["optimized_model"] and check_map[1] == self.config:
