@@ -264,3 +264,33 @@ def test_steps_compare_by_the_elementwise_ratio_not_the_saturated_cosine():
     assert step_ratio(row(half)) < step_ratio(row(full))
     # a step that fails on the cosine alone still shows the ratio that failed it
     assert step_ratio({"passed": False, "ratio": 3.0, "elementwise_ratio": 0.5}) == 3.0
+
+
+def test_big_keep_sets_are_cut_then_shrunk_and_always_pass():
+    """PP-OCRv4 rec at 1e-3 needs ~200 of its 440 nodes in FP32: one binary search per node
+    spent the whole budget and ended with no keep-set. The search's own steps on a known
+    answer (a set passes when it holds every needed node): a smallest passing prefix, chunks
+    dropped while the rest passes, one-minimal once small; every set returned passed."""
+    from bisect_tui.core.bisect import precision as pr
+
+    rng = np.random.default_rng(5)
+    pool = [f"n{i}" for i in range(440)]
+    for needed_count, spread in ((6, 440), (30, 250)):
+        needed = set(rng.choice(pool[:spread], needed_count, replace=False))
+        builds = type("B", (), {"builds": 0})()
+        tried = []
+
+        def passes(keep):
+            builds.builds += 1
+            tried.append(set(keep))
+            return needed <= set(keep)
+
+        state = {"best": list(pool)}
+        best = pr._smallest_prefix(pool, passes, state)
+        assert needed <= set(best) and state["best"] == best and builds.builds <= 10
+        best = pr._shrink(best, passes, builds, pr.SHRINK_BUILDS, state)
+        assert needed <= set(best) and builds.builds <= 10 + pr.SHRINK_BUILDS
+        if len(best) <= pr.SMALL_SET:
+            best = pr._one_minimal(best, passes, state)
+            assert set(best) == needed  # one-minimal on a monotone answer: exactly the needed nodes
+        assert needed <= set(state["best"])

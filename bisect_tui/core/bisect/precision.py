@@ -118,13 +118,14 @@ SMALL_SET = 24  # one-minimal by binary search per node (about log2(n) builds ea
 SHRINK_BUILDS = 48  # larger passing sets: chunks dropped while each drop still passes, this many builds at most
 
 
-def _smallest_prefix(pool: list[str], passes) -> list[str]:
+def _smallest_prefix(pool: list[str], passes, state: dict) -> list[str]:
     """The shortest prefix of `pool` (which passes whole) that passes: log2 builds."""
     lo, hi = 1, len(pool)
     while lo < hi:
         mid = (lo + hi) // 2
         if passes(pool[:mid]):
             hi = mid
+            state["best"] = pool[:mid]
         else:
             lo = mid + 1
     return pool[:hi]
@@ -213,7 +214,7 @@ def precision_search(bisector, candidates: tuple[list[str], list[dict]], floor: 
         state = {"best": list(pool), "how": "one-minimal"}  # best: a keep-set known to pass
         try:
             if len(pool) > SMALL_SET:
-                state["best"] = _smallest_prefix(pool, passes)
+                state["best"] = _smallest_prefix(pool, passes, state)
                 state["best"] = _shrink(state["best"], passes, bisector, SHRINK_BUILDS, state)
             if len(state["best"]) <= SMALL_SET:
                 state["best"] = _one_minimal(state["best"], passes, state)
