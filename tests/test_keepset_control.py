@@ -290,6 +290,7 @@ def test_big_keep_sets_are_cut_then_shrunk_and_always_pass():
         assert needed <= set(best) and state["best"] == best and builds.builds <= 10
         best = pr._shrink(best, passes, builds, pr.SHRINK_BUILDS, state)
         assert needed <= set(best) and builds.builds <= 10 + pr.SHRINK_BUILDS
+        assert len(best) <= pr.SMALL_SET if needed_count == 6 else len(best) < 0.8 * spread
         if len(best) <= pr.SMALL_SET:
             best = pr._one_minimal(best, passes, state)
             assert set(best) == needed  # one-minimal on a monotone answer: exactly the needed nodes

@@ -114,8 +114,8 @@ def rank_candidates(triage, search: dict) -> tuple[list[str], list[dict]]:
     return ranked, [{"node": s, "why": why} for s, why in seeds]
 
 
-SMALL_SET = 24  # one-minimal by binary search per node (about log2(n) builds each) up to this size
-SHRINK_BUILDS = 48  # larger passing sets: chunks dropped while each drop still passes, this many builds at most
+SMALL_SET = 40  # one-minimal by binary search per node (about log2(n) builds each) up to this size
+SHRINK_BUILDS = 64  # larger passing sets: chunks dropped while each drop still passes, this many builds at most
 
 
 def _smallest_prefix(pool: list[str], passes, state: dict) -> list[str]:
@@ -134,22 +134,23 @@ def _smallest_prefix(pool: list[str], passes, state: dict) -> list[str]:
 def _shrink(keep: list[str], passes, bisector, max_builds: int, state: dict) -> list[str]:
     """Drop chunks (halves, then quarters, ...) of a passing set while the rest
     still passes (ddmin's complement step); stops at SMALL_SET nodes or after
-    `max_builds` builds, every intermediate set proven by a full build."""
+    `max_builds` builds, every intermediate set proven by a full build. A chunk
+    that could not go once is not tried again at that size (keeping fewer
+    nodes never helps), so each round halves the chunks."""
     start = bisector.builds
-    chunks = 2
+    size = -(-len(keep) // 2)
     while len(keep) > SMALL_SET and bisector.builds - start < max_builds:
-        size = -(-len(keep) // chunks)
-        i, dropped = 0, False
-        while i < len(keep) and bisector.builds - start < max_builds:
+        i = 0
+        while i < len(keep) and len(keep) > SMALL_SET and bisector.builds - start < max_builds:
             trial = keep[:i] + keep[i + size:]
             if trial and passes(trial):
-                keep, dropped = trial, True
+                keep = trial
                 state["best"] = keep
             else:
                 i += size
         if size == 1:
             break
-        chunks = max(2, chunks - 1) if dropped else min(len(keep), chunks * 2)
+        size = -(-size // 2)
     return keep
 
 
