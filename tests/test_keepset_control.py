@@ -295,3 +295,29 @@ def test_big_keep_sets_are_cut_then_shrunk_and_always_pass():
             best = pr._one_minimal(best, passes, state)
             assert set(best) == needed  # one-minimal on a monotone answer: exactly the needed nodes
         assert needed <= set(state["best"])
+
+
+def test_a_kept_if_reads_fp16_outer_values_through_a_cast():
+    """A kept If (Silero VAD has them) reads outer values by name inside its branches: the
+    converter leaves the branches FP32 but the value FP16 when its producer is not kept, and ORT
+    refused the model ("bound to different types"). Now a Cast sits on that boundary."""
+    then_g = helper.make_graph([helper.make_node("Mul", ["r", "two"], ["t_out"], name="then_mul")], "then", [],
+                               [helper.make_tensor_value_info("t_out", TensorProto.FLOAT, [4])],
+                               [helper.make_tensor("two", TensorProto.FLOAT, [1], [2.0])])
+    else_g = helper.make_graph([helper.make_node("Add", ["r", "x"], ["e_out"], name="else_add")], "else", [],
+                               [helper.make_tensor_value_info("e_out", TensorProto.FLOAT, [4])])
+    g = helper.make_graph(
+        [helper.make_node("Mul", ["x", "w"], ["r"], name="scale"),
+         helper.make_node("If", ["c"], ["y"], name="branch", then_branch=then_g, else_branch=else_g)],
+        "if_model", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4]),
+                     helper.make_tensor_value_info("c", TensorProto.BOOL, [])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])],
+        [numpy_helper.from_array(np.full(4, 1.0001, np.float32), "w")])  # 1.0 in FP16
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    onnx.checker.check_model(model)
+    for c in (False, True):
+        feeds = {"x": np.array([1.0001, -2, 3.3333, 4.1], np.float32), "c": np.array(c)}
+        ref = _run(model, feeds)
+        assert _max_abs(_run(fp16.convert(model, ["scale", "branch"])[0], feeds), ref) == 0.0
+        only_if = _run(fp16.convert(model, ["branch"])[0], feeds)  # built: no type error
+        assert 0 < _max_abs(only_if, ref) < 0.01  # the FP16 weight of the Mul, nothing else

@@ -137,12 +137,14 @@ def _rename_outer(graph: onnx.GraphProto, rename: dict[str, str]) -> None:
 
 
 def repair_casts(converted: onnx.ModelProto, original_nodes: set[str],
-                 fp32_weights: dict[str, TensorProto], blocked: set[str] = frozenset()) -> dict:
+                 fp32_weights: dict[str, TensorProto], blocked: set[str] = frozenset(),
+                 float_values: set[str] = frozenset()) -> dict:
     """Undo the converter's FP16 round trips (see the module docstring).
 
     `original_nodes`: node names before conversion (the converter's own Casts
     are the others); `fp32_weights`: the float initializers before conversion;
-    `blocked`: the nodes left in FP32 (their subgraphs were not converted)."""
+    `blocked`: the nodes left in FP32 (their subgraphs were not converted);
+    `float_values`: the top-level values that were FP32 before conversion."""
     g = converted.graph
     producer = {o: n for n in g.node for o in n.output}
     inits = {t.name: t for t in g.initializer}
@@ -176,16 +178,27 @@ def repair_casts(converted: onnx.ModelProto, original_nodes: set[str],
                 n.op_type, n.domain = "Identity", ""
                 n.input[0] = src
                 identities += 1
-    # kept nodes with subgraphs read outer values by name: give them the FP32 ones
-    for n in g.node:
+    # kept nodes with subgraphs read outer values by name: give them the FP32 ones, and
+    # a Cast where the value comes from an FP16 node (the converter left those FP16: a type error)
+    casts: dict[str, onnx.NodeProto] = {}  # an FP16 value -> its Cast to FP32 for subgraphs
+    for n in list(g.node):
         if n.name in blocked:
             for sub in _subgraphs(n):
                 rename = {}
                 for name in _reads_in(sub):
                     src = fp32_source(name) if name in producer or name in inits else None
+                    if src is None and name in float_values and name in producer \
+                            and producer[name].name in original_nodes and producer[name].name not in blocked:
+                        if name not in casts:
+                            out = _unique(f"{name}_cast_to_fp32_outer", producer, inits)
+                            casts[name] = helper.make_node("Cast", [name], [out], to=TensorProto.FLOAT,
+                                                           name=out + "_node")
+                            producer[out] = casts[name]
+                        src = casts[name].output[0]
                     if src is not None:
                         rename[name] = src
                 _rename_outer(sub, rename)
+    g.node.extend(casts.values())
     removed = _drop_dead(converted, original_nodes)
     return {"round_trips_removed": identities, "dead_nodes_removed": removed}
 
@@ -242,6 +255,18 @@ def _reads_in(graph: onnx.GraphProto) -> set[str]:
     return out
 
 
+def _float_values(model: onnx.ModelProto) -> set[str]:
+    """Top-level values of type FP32 (by onnx's shape inference; empty where it fails)."""
+    try:
+        inferred = onnx.shape_inference.infer_shapes(model)
+    except Exception:  # noqa: BLE001 - a model over 2 GB, a custom op: no Casts for subgraph reads then
+        return set()
+    g = inferred.graph
+    vis = list(g.value_info) + list(g.input) + list(g.output)
+    return {v.name for v in vis if v.type.tensor_type.elem_type == TensorProto.FLOAT} | \
+        {t.name for t in g.initializer if t.data_type == TensorProto.FLOAT}
+
+
 def convert(model: onnx.ModelProto, keep_fp32: Collection[str] = ()) -> tuple[onnx.ModelProto, dict]:
     """The FP16 model with the nodes named in `keep_fp32` computing in FP32 on
     FP32 inputs; graph inputs and outputs stay FP32. Returns (model, what was done).
@@ -262,7 +287,7 @@ def convert(model: onnx.ModelProto, keep_fp32: Collection[str] = ()) -> tuple[on
             fp32_weights[t.name] = c
     blocked = {n.name for n in m.graph.node if n.name in keep or n.op_type in DEFAULT_OP_BLOCK_LIST}
     converted = convert_float_to_float16(m, keep_io_types=True, node_block_list=sorted(keep) or None)
-    done = repair_casts(converted, original_nodes, fp32_weights, blocked)
+    done = repair_casts(converted, original_nodes, fp32_weights, blocked, _float_values(m))
     casts16 = sum(1 for n in converted.graph.node if _cast_to(n) == TensorProto.FLOAT16)
     done.update(nodes_named=renamed, constants_lifted=len(lifted), kept=len(keep & original_nodes),
                 kept_unknown=sorted(keep - original_nodes - set(lifted)), casts_to_fp16=casts16)
