@@ -40,7 +40,8 @@ CULPRIT_KEYS = {"kind", "layer", "exposed_by", "amplified", "fused_node", "op_ty
                 "optimizers", "interaction", "units", "attribution", "isolated", "worst_elements"}
 WORKAROUND_KEYS = {"kind", "disabled_optimizers", "full_engine", "tried", "how"}
 KEEPSET_KEYS = {"engine_pin", "candidates", "seeds", "keep_fp32", "passed", "tests", "metrics", "setting", "cli",
-                "builds", "tests_run"}
+                "builds", "tests_run",
+                "control", "instrument_failed", "minimality"}  # added by issue 21: the keep-everything control
 
 
 @pytest.fixture(scope="module")
@@ -69,7 +70,8 @@ def test_every_key_the_docs_name_is_in_a_real_result(results):
 
 def test_the_records_write_exactly_the_keys_results_have_always_had(results):
     gelu, fp16 = results["gelu"][1], results["fp16"][1]
-    assert {k for st in gelu["steps"] for k in st} - {"worker", "subgraph", "round_size", "unblocked"} == STEP_KEYS
+    assert {k for st in gelu["steps"] for k in st} - {"worker", "subgraph", "round_size", "unblocked",
+                                                      "elementwise_ratio"} == STEP_KEYS
     assert set(gelu["culprits"][0]) == CULPRIT_KEYS
     assert set(gelu["workaround"]) == WORKAROUND_KEYS
     assert set(fp16["precision"]) == KEEPSET_KEYS

@@ -56,8 +56,10 @@ class Step:
     # judged on the fused node's own subgraph, the rest of the graph unfused
     # (subgraph_check.py): an engine build of a few nodes, not a whole-graph build
     subgraph: Optional[bool] = None
+    # judge.elementwise_ratio: the figure steps are compared by in the tables
+    elementwise_ratio: Optional[float] = None
 
-    _OPTIONAL = ("unblocked", "worker", "round_size", "subgraph")
+    _OPTIONAL = ("unblocked", "worker", "round_size", "subgraph", "elementwise_ratio")
 
     def to_json(self) -> dict:
         d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
@@ -173,13 +175,17 @@ class KeepSet:
     setting: Optional[str] = None
     cli: Optional[str] = None
     explanation: Optional[str] = None
+    # "keep every node" against the engine in FP32 (keepset_control.py); failed: nothing concluded
+    control: Optional[dict] = None
+    instrument_failed: bool = False
+    minimality: Optional[str] = None  # "one-minimal", or why the set may hold more than it needs
 
     _ORDER = ("engine_pin", "candidates", "seeds", "keep_fp32", "passed", "tests", "metrics", "setting", "cli",
-              "explanation", "builds")
+              "explanation", "builds", "control", "instrument_failed", "minimality")
 
     def to_json(self) -> dict:
         d = {k: getattr(self, k) for k in self._ORDER}
-        for k in ("metrics", "setting", "cli", "explanation"):
+        for k in ("metrics", "setting", "cli", "explanation", "control", "minimality"):
             if d[k] is None:
                 d.pop(k)
         d["tests_run"] = len(self.tests)

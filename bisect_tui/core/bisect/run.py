@@ -211,7 +211,9 @@ def _run(triage, bis, probe, max_builds: int, max_culprits: int) -> dict:
             precision = PrecisionSetting(passed=False, summary=str(exc))
     elif want_precision:
         triage.progress(Progress("precision", "searching the smallest set of nodes to keep in FP32"))
-        precision = precision_search(bis, rank_candidates(triage, search))
+        from bisect_tui.core.bisect.keepset_control import rounding_floor
+
+        precision = precision_search(bis, rank_candidates(triage, search), rounding_floor(triage))
         if precision.passed and search.get("engine_error"):
             culprits.append(_precision_culprit(triage, precision, search["engine_error"]))
     if search["verdict"] == "not_fusion":

@@ -16,6 +16,7 @@ import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Callable, Optional
 
 from bisect_tui.core import atomic, safepath
@@ -43,6 +44,13 @@ class Candidate:
 class BuildBudgetExceeded(Exception):
     def __init__(self, n: int):
         super().__init__(f"stopped after {n} engine builds (--max-builds)")
+
+
+def _elementwise(j) -> Optional[float]:
+    from bisect_tui.core.bisect.judge import elementwise_ratio
+
+    r = elementwise_ratio(j)
+    return None if r is None else finite(r)
 
 
 def finite(x: float) -> float:
@@ -195,7 +203,7 @@ class Trials:
             step = Step(
                 n=self.store.next_n, kind=p.kind, region=p.region, enabled=list(p.ids),
                 config=step_config(p.config), marks=len(p.marks), passed=j.passed, ratio=finite(j.ratio),
-                max_abs=finite(j.max_abs), summary=j.summary, builds=self.builds, cached=False,
+                max_abs=finite(j.max_abs), summary=j.summary, elementwise_ratio=_elementwise(j), builds=self.builds, cached=False,
                 seconds=res.seconds, fused_in_build=fused_count, key=p.key,
                 optimized=optimized, error_kind=res.error_kind, error=res.error, unblocked=res.unblocked,
                 worker=res.worker, round_size=len(plans) if len(plans) > 1 else None,
@@ -242,7 +250,7 @@ class Trials:
         step = Step(
             n=self.store.next_n, kind=plan.kind, region=plan.region, enabled=[u.index],
             config=step_config(self.config), marks=0, passed=j.passed, ratio=finite(j.ratio),
-            max_abs=finite(j.max_abs), summary=j.summary, builds=self.builds, cached=False,
+            max_abs=finite(j.max_abs), summary=j.summary, elementwise_ratio=_elementwise(j), builds=self.builds, cached=False,
             seconds=res["seconds"], key=key, worker="main", subgraph=True,
         )
         self.record(step)
@@ -323,6 +331,7 @@ class Trials:
             summary="PASS" if check["passed"] else worst["summary"], builds=0, cached=True,
             seconds=check.get("build_seconds", 0.0), fused_in_build=len(check["fused_nodes"]), key=key,
             optimized=check["optimized_model"],
+            elementwise_ratio=_elementwise(SimpleNamespace(outputs=check["outputs"])),
         ).to_json()
         self.store.save(rec, **{"from": "check.json"})
         if check_map and check_map[0] == check["optimized_model"] and check_map[1] == self.config:

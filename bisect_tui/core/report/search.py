@@ -132,10 +132,20 @@ def culprits_section(b: dict, engine: str = "") -> Section:
                          for w in c["worst_elements"]] for c in culprits]})
 
 
+def step_ratio(st: dict) -> float:
+    """The "x tolerance" a step shows: its elementwise atol/rtol ratio where it has
+    one (comparable between steps: it grows with the error), else the verdict's
+    worst criterion; also that when a step fails on another criterion alone."""
+    e = st.get("elementwise_ratio")
+    if e is None or (not st["passed"] and e <= 1):
+        return st["ratio"]
+    return e
+
+
 def steps_section(b: dict) -> Section:
     return Section("Steps", table=Table(
         ("step", "kind", "region", "marked", "builds", "x tolerance", "max abs", "verdict"),
-        tuple((st["n"], st["kind"], st["region"], st["marks"], st["builds"], st["ratio"], st["max_abs"],
+        tuple((st["n"], st["kind"], st["region"], st["marks"], st["builds"], step_ratio(st), st["max_abs"],
                st["passed"]) for st in b["steps"])))
 
 
@@ -184,8 +194,13 @@ def precision_lines(p) -> list[str]:
         return [f"precision setting: the full engine rebuilt in {p['precision'].upper()} {verdict} "
                 f"(x{fmt(p.get('ratio'))} of tolerance)" + (f"; setting: {term(p['setting'])}" if p.get("setting") else ""),
                 "  (this engine cannot keep single nodes in high precision, so no keep-set is searched)"]
+    ctl = p.get("control")
+    ctl_lines = [f"  control (every node kept in FP32 vs the engine in FP32): "
+                 f"{'reproduces FP32' if ctl.get('reproduces_fp32') else 'does NOT reproduce FP32'}; "
+                 f"{term(ctl.get('how', ''))}"] if ctl else []
     if not p.get("passed"):
-        return [f"keep-set: none found in {p['builds']} builds ({p.get('explanation', 'see steps')})"]
+        head = "keep-set: instrument failed" if p.get("instrument_failed") else "keep-set: none found"
+        return [f"{head} in {p['builds']} builds ({term(p.get('explanation', 'see steps'))})", *ctl_lines]
     m = p["metrics"]
     return [
         f"keep-set: keep {len(p['keep_fp32'])} of {p['candidates']} original node(s) in FP32 -> full engine "
@@ -193,6 +208,8 @@ def precision_lines(p) -> list[str]:
         f"  nodes: {term(', '.join(p['keep_fp32']))}",
         f"  setting: {term(p['setting'])}",
         f"  bisect-tui: {term(p['cli'])}",
+        *([f"  minimality: {term(p['minimality'])}"] if p.get("minimality") else []),
+        *ctl_lines,
     ]
 
 

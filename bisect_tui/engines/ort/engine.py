@@ -133,10 +133,13 @@ class OrtEngine(EngineBase):
             return ("add these tensors to the model's outputs to block the fusion: "
                     + ", ".join(workaround.get("marked_tensors") or []))
         if kind == "keep_fp32":
+            # ORT's converter alone still rounds what it blocks (issue 21): fp16.convert repairs its casts
             if workaround.get("keep_fp32"):
-                return ("convert_float_to_float16(model, keep_io_types=True, node_block_list=%r)"
-                        % (list(workaround["keep_fp32"]),))
-            return "onnxruntime.transformers.float16.convert_float_to_float16(node_block_list=...)"
+                return ("convert_float_to_float16(model, keep_io_types=True, node_block_list=%r) with its FP16 "
+                        "round trips on the kept nodes removed: bisect_tui.engines.ort.fp16.convert(model, keep) "
+                        "(keepset/fp16_convert.py in the bundle)" % (list(workaround["keep_fp32"]),))
+            return ("onnxruntime.transformers.float16.convert_float_to_float16(node_block_list=...), casts repaired "
+                    "by bisect_tui.engines.ort.fp16.convert")
         return "no optimizer switch or marking restored tolerance; see the steps"
 
     def observer(self, model_path: Path, config: EngineConfig, optimized_path: Optional[str]):

@@ -99,31 +99,7 @@ def validate_basics(config: EngineConfig) -> None:
         )
 
 
-def fp16_model_path(model_path: Path, workdir: Path, keep_fp32: Collection[str] = ()) -> Path:
-    """The fp16 conversion of `model_path`, cached in workdir by source hash
-    and keep-set.
-
-    Conversion is deterministic but not free on big models and a bisection
-    builds dozens of engines from the same source, so convert once. The
-    keep-set goes to the converter's `node_block_list`: those original nodes
-    stay FP32, with casts around them."""
-    keep = sorted(set(keep_fp32))
-    tag = "" if not keep else "_keep" + hashlib.sha1("\n".join(keep).encode()).hexdigest()[:10]
-    cached = workdir / f"fp16_{_file_hash(model_path)}{tag}.onnx"
-    if cached.exists():
-        return cached
-    from onnxruntime.transformers.float16 import convert_float_to_float16
-
-    from bisect_tui.core.external_data import load_with_weights
-
-    model = load_with_weights(model_path)  # external data: read by our reader (the session's files are linked)
-    try:
-        converted = convert_float_to_float16(model, keep_io_types=True, node_block_list=keep or None)
-    except Exception as e:  # the converter asserts on models it cannot handle
-        raise EngineBuildError(f"could not convert the model to fp16: {_first_line(e)}", _first_line(e)) from None
-    # weights outside when the source keeps them outside: never one big proto of a big model
-    _save_any(converted, cached, 0 if _uses_external_data_file(model_path) else _threshold())
-    return cached
+from bisect_tui.engines.ort.fp16 import fp16_model_path  # noqa: E402  (the faithful FP16 conversion)
 
 
 # --------------------------------------------------------------------------- engine
