@@ -141,6 +141,12 @@ def error_profile_png(path: Path, prof: ErrorProfile) -> None:
         ax.scatter(prof.culprits, [ys[i] * 1.6 for i in prof.culprits], marker="v", color="tab:purple",
                    zorder=3, label="made by the culprit")
     ax.set_xlim(-0.5, max(n - 0.5, 0.5))
+    if n <= 24:  # few tensors: each tick names its op (a fractional axis says nothing)
+        ax.set_xticks(range(n), [_plain(t, 12) for t in prof.op_types], rotation=45, fontsize=7, ha="right")
+    else:
+        from matplotlib.ticker import MaxNLocator
+
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel(f"tensors of the fused graph in topological order ({n})")
     ax.set_ylabel("error / tolerance")
     ax.set_title("error along the graph (fused vs baseline)")
