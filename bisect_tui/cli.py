@@ -198,6 +198,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     install_registry()  # the core's triages load the registry's engines by name
     _install_signals()
     opened = len(_session._ACTIVE)
+    from bisect_tui.libnoise import LibraryNoise
+
+    noise = LibraryNoise().start()  # libraries' warnings to the session's log, one line here
     try:
         if args.command is None:
             return commands.cmd_tui(None)
@@ -230,6 +233,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             second.stop_prestarted()
             second.abort_all()  # reaped before the sweep below: nothing writes into tmp/ after it
         root = _session.active_root() if len(_session._ACTIVE) > opened else None
+        said = noise.finish(root)
+        if said:
+            print(term(said, keep_newlines=True), file=sys.stderr)
         safepath.release_session_temp(root)
         del _session._ACTIVE[opened:]
 
