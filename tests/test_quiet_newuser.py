@@ -90,3 +90,26 @@ def test_logging_without_handlers_and_no_session_are_printed_whole(monkeypatch):
     assert warnings.showwarning is not noise._show  # restored
     assert "RuntimeWarning: divide by zero encountered in log" in said
     assert "WARNING nu.some.library: a library with no handler of its own" in said
+
+
+def test_every_next_line_names_a_step_still_ahead(samples, tmp_path, capsys):
+    """check says to bisect; bisect, which has just bisected, does not."""
+    model = samples / "fp16_keepset.onnx"
+    args = ["--precision", "fp16", "--session", str(tmp_path / "s"), "-q", "--no-determinism", "--no-arbiter"]
+    assert main(["check", str(model), *args]) == 1
+    out = capsys.readouterr().out
+    assert "next: run `bisect-tui bisect` with the same options" in out
+    assert main(["bisect", str(model), *args]) == 1
+    out = capsys.readouterr().out
+    assert "bisect-tui bisect`" not in out and "keep-set: keep 2 of 12" in out
+    assert all("bisect-tui bisect" not in ln for ln in out.splitlines() if ln.startswith("next:"))
+
+
+def test_license_is_an_spdx_string():
+    """A TOML table made setuptools >= 77 print its deprecation banner on every `pip install -e .`."""
+    import tomllib
+    from pathlib import Path
+
+    meta = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())
+    assert meta["project"]["license"] == "Apache-2.0"
+    assert any(r.replace(" ", "").startswith("setuptools>=77") for r in meta["build-system"]["requires"])

@@ -4,7 +4,7 @@ through term() so they never reach the terminal raw."""
 from __future__ import annotations
 
 from bisect_tui.core.escape import term
-from bisect_tui.core.report.advice import next_step
+from bisect_tui.core.report.advice import arbiter_all_too_tight, next_step
 from bisect_tui.core.report.framework import framework_lines
 from bisect_tui.core.report.search import (
     culprit_lines, evidence_lines, local_rows, precision_lines, region_lines, searched_text, workaround_line,
@@ -60,7 +60,9 @@ def _engine_lines(s: dict) -> list[str]:
     return lines + arbiter_lines(s.get("arbiter"))
 
 
-def check_text(s: dict) -> str:
+def check_text(s: dict, bisecting: bool = False) -> str:
+    """The check's lines; `bisecting`: the bisection's own lines follow, so its
+    "next:" (which would say to run the bisection) is left out."""
     lines = [
         f"model: {term(s['model']['path'])} ({s['model']['nodes']} nodes, sha256 {s['model']['sha256'][:12]})",
         f"session: {term(s['session'])}",
@@ -71,7 +73,7 @@ def check_text(s: dict) -> str:
         lines += _engine_lines(s)
     lines.append(VERDICT_TEXT[s["verdict"]] + f" (exit {s['exit_code']})")
     advice = next_step(s)
-    if advice:
+    if advice and not (bisecting and s["verdict"] == "fail" and not arbiter_all_too_tight(s)):
         lines.append("next: " + advice)
     return "\n".join(lines)
 
