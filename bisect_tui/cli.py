@@ -66,7 +66,7 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--ray", metavar="ADDRESS", default=None,
                    help="build on Ray actors instead of local processes, one per worker (--workers N): "
                         "'local' starts Ray on this machine, else a cluster address for ray.init "
-                        "('auto', 'ray://HEAD:10001'); needs the extra: pip install 'bisect-tui[ray]'")
+                        "('auto', 'ray://HEAD:10001'); needs the extra: pip install -e '.[ray]' from a clone")
     b.add_argument("--fanout", type=positive_int, default=1, metavar="K",
                    help="candidates the search builds per round (default 1: binary search; K > 1: "
                         "K split points per round, fewer rounds for more builds, for K workers)")
