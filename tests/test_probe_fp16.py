@@ -32,3 +32,22 @@ def test_fp16_probe_sees_inner_tensors_under_baseline_names(samples, tmp_path, c
     assert shared["first_failing_tensor"] == "side/gain:0"
     ratios = {p["tensor"]: p["ratio"] for p in shared["profile"]}
     assert ratios["blk2/relu:0"] < 1 < ratios["side/gain:0"]
+
+
+def test_error_profile_axes_name_the_ops_and_the_tolerance():
+    """The plot of a few tensors names each op on its axis (it was a fractional axis from
+    -0.4 to 0.4 under one red block); of many, integer positions; log error, tolerance at 1."""
+    from bisect_tui.core.plots import ErrorProfile, _plt, profile_figure
+
+    few = ErrorProfile(["a", "b", "c"], ["Conv", "Relu", "Mul"], [0.05, 0.2, 9.0], 2, [])
+    fig = profile_figure(few)
+    ax = fig.axes[0]
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["Conv", "Relu", "Mul"]
+    assert ax.get_yscale() == "log"
+    assert any(list(line.get_ydata()) == [1.0, 1.0] for line in ax.get_lines())  # the tolerance line
+    _plt().close(fig)
+    many = ErrorProfile([f"t{i}" for i in range(300)], ["Add"] * 300, [0.5] * 299 + [3.0], 299, [])
+    fig = profile_figure(many)
+    ticks = [t for t in fig.axes[0].get_xticks() if 0 <= t <= 299]
+    assert len(ticks) >= 3 and all(float(t).is_integer() for t in ticks)
+    _plt().close(fig)

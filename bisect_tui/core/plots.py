@@ -124,6 +124,11 @@ def value_histograms(path: Path, name: str, o: dict) -> bool:
 def error_profile_png(path: Path, prof: ErrorProfile) -> None:
     """Each tensor's error / tolerance in topological order, log scale, with the
     tolerance line, the first crossing and the culprit's tensors marked."""
+    _save(profile_figure(prof), path)
+
+
+def profile_figure(prof: ErrorProfile):
+    """The figure error_profile_png saves (a test reads its axes)."""
     plt = _plt()
     n = len(prof.ratios)
     ys = [max(r, RATIO_FLOOR) if math.isfinite(r) else 1e30 for r in prof.ratios]
@@ -152,7 +157,7 @@ def error_profile_png(path: Path, prof: ErrorProfile) -> None:
     ax.set_title("error along the graph (fused vs baseline)")
     ax.legend(fontsize=7, loc="upper left")
     fig.tight_layout()
-    _save(fig, path)
+    return fig
 
 
 def write_plots(out_dir: Path, outputs: dict, shared: Optional[dict] = None,
