@@ -54,10 +54,17 @@ def _engine_lines(s: dict) -> list[str]:
         if d["first"]:
             maker = f"{term(d['maker'][0])} '{term(d['maker'][1])}'" if d["maker"] else None
             lines.append(f"tensors inside the fused graph: {d['failing']} of {d['compared']} "
-                         f"out of tolerance, first: {term(d['first'])}" + (f" (made by fused {maker})" if maker else ""))
+                         f"out of tolerance, first: {term(d['first'])}" + (f" (made by fused {maker})" if maker else "")
+                         + (INNER_ONLY if not s.get("failing_outputs") and not s.get("engine_error") else ""))
         else:
             lines.append(f"tensors inside the fused graph: all {d['compared']} within tolerance")
     return lines + arbiter_lines(s.get("arbiter"))
+
+
+# An FP16 engine's inner tensors often break the outputs' tolerance while the outputs pass
+# (PP-OCRv4 rec: 226 of 362): said plainly, so a PASS beside it does not read as a contradiction.
+INNER_ONLY = ("; the outputs pass: inner tensors are judged at the outputs' tolerance, and this error "
+              "does not reach the outputs beyond it")
 
 
 def check_text(s: dict, bisecting: bool = False) -> str:

@@ -70,6 +70,8 @@ class ComparisonView(StepView):
         sh = f.get("shared_tensors") or {}
         if sh.get("first_failing_tensor"):
             sens_line += f"\nfirst tensor out of tolerance inside the fused graph: {sh['first_failing_tensor']}"
+            if f["passed"]:
+                sens_line += " (inner tensors only: the outputs pass)"
         text.update(T(
             f"engine {eng['engine']} level={eng['level']} precision={eng['precision']}"
             + (f" {entries}" if entries else "")
