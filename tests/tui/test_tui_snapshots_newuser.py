@@ -150,3 +150,24 @@ async def test_notifications_leave_the_settings_buttons_free(workdir, size):
         for button in ("#apply", "#cancel"):
             region = app.screen.query_one(button).region
             assert all(not region.overlaps(t.region) for t in toasts), (button, region, [t.region for t in toasts])
+
+
+async def test_after_the_search_the_comparison_no_longer_says_to_bisect(workdir, samples):
+    """Every "next" names a step still ahead: back on the checklist after `b`, the
+    comparison pane gives the search's verdict instead of "press b to bisect"."""
+    app = make_app(fp16_options(workdir, samples, "fp16_keepset.onnx", "fp16"))
+
+    def pane() -> str:  # the comparison pane's words, unwrapped
+        return " ".join(str(app.screen.query_one("#cmp-text").render()).split())
+
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("a")
+        await wait_idle(pilot, 300)
+        assert "break tolerance; press b to bisect" in pane()
+        await pilot.press("b")
+        await wait_idle(pilot, 300)
+        await pilot.press("h")
+        await pilot.pause(0.3)
+        assert app.state.bisect.result["verdict"] == "not_fusion"
+        assert "press b to bisect" not in pane()
+        assert "break tolerance; bisected: the error is not caused by a fusion" in pane()
