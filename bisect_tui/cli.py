@@ -67,7 +67,7 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--ray", metavar="ADDRESS", default=None,
                    help="build on Ray actors instead of local processes, one per worker (--workers N): "
                         "'local' starts Ray on this machine, else a cluster address for ray.init "
-                        "('auto', 'ray://HEAD:10001'); needs the extra: pip install 'bisect-tui[ray]'")
+                        "('auto', 'ray://HEAD:10001'); needs the extra: pip install -e '.[ray]' from a clone")
     b.add_argument("--fanout", type=positive_int, default=1, metavar="K",
                    help="candidates the search builds per round (default 1: binary search; K > 1: "
                         "K split points per round, fewer rounds for more builds, for K workers)")
@@ -199,6 +199,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     install_registry()  # the core's triages load the registry's engines by name
     _install_signals()
     opened = len(_session._ACTIVE)
+    from bisect_tui.libnoise import LibraryNoise
+
+    noise = LibraryNoise().start()  # libraries' warnings to the session's log, one line here
     try:
         if args.command is None:
             return commands.cmd_tui(None)
@@ -231,6 +234,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             second.stop_prestarted()
             second.abort_all()  # reaped before the sweep below: nothing writes into tmp/ after it
         root = _session.active_root() if len(_session._ACTIVE) > opened else None
+        said = noise.finish(root)
+        if said:
+            print(term(said, keep_newlines=True), file=sys.stderr)
         safepath.release_session_temp(root)
         del _session._ACTIVE[opened:]
 

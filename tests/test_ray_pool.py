@@ -1,6 +1,6 @@
 """The build pool on Ray actors (`bisect --ray ADDRESS`), on a local Ray instance.
 
-Ray is an optional extra (`pip install 'bisect-tui[ray]'`) and not in the
+Ray is an optional extra (`pip install -e '.[ray]'`) and not in the
 `test` extra: the tests that need it skip without it; the ones about what
 happens without it (lazy import, the message) always run."""
 
@@ -21,7 +21,7 @@ from bisect_tui.engines.registry import get_engine
 
 from testlib import culprit_matches, gelu_triage, search_shape
 
-NO_RAY = "Ray is an optional extra, not installed here: pip install 'bisect-tui[ray]' to run this test"
+NO_RAY = "Ray is an optional extra, not installed here: pip install -e '.[ray]' to run this test"
 
 
 @pytest.fixture(scope="module")
@@ -100,4 +100,4 @@ def test_ray_missing_is_one_line_with_the_install_command(samples, tmp_path, cap
                  "--ray", "local", "-q"])
     assert code == 2
     err = capsys.readouterr().err
-    assert "pip install 'bisect-tui[ray]'" in err and "Traceback" not in err
+    assert "pip install -e '.[ray]' from a clone" in err and "Traceback" not in err

@@ -88,6 +88,8 @@ class Observer(Protocol):
     own tensors, seen without undoing a fusion."""
 
     tensors: list[str]  # original tensor names the fused program exposes
+    # optional: {exposed name: original name} for tensors a conversion renamed (an
+    # FP16 engine's FP32 copies); the probe reads it with getattr
 
     def observe(self, feeds: dict[str, np.ndarray], tensors: Sequence[str]) -> dict[str, np.ndarray]: ...
 

@@ -165,6 +165,20 @@ def _metadata(info: ModelInfo) -> dict[str, list[int]]:
     return out
 
 
+def image_words(shape, dims, nchw: bool, guessed: set[int]) -> str:
+    """What the suggested image input is, as the whole shape says: ddddocr's
+    1x1x64xW was "a 224x224 image" when it is a 64-high grayscale text line."""
+    h, w, c = (2, 3, shape[1]) if nchw else (1, 2, shape[3])
+    kind = {1: "a grayscale ", 3: "an RGB "}.get(c if isinstance(c, int) else dims[1 if nchw else 3], "an ")
+    text = f"{kind}image {dims[h]} high, {dims[w]} wide"
+    if len(guessed & {h, w}) == 1:
+        side, fixed = ("height", dims[h]) if h not in guessed else ("width", dims[w])
+        text += f", its {side} fixed by the model"
+        if side == "height" and fixed <= 64:
+            text += ": a text line, whose width is its length (any width fits)"
+    return text
+
+
 def suggest(info: ModelInfo, shapes: dict[str, list[int]], values: dict[str, InputValue]) -> Suggestion:
     """A concrete shape for every input with a dynamic dim, and values for config inputs."""
     sug = Suggestion()
@@ -187,6 +201,7 @@ def suggest(info: ModelInfo, shapes: dict[str, list[int]], values: dict[str, Inp
         nchw = rank == 4 and spec.shape[1] in (1, 3)
         nhwc = rank == 4 and spec.shape[3] in (1, 3) and not nchw
         floaty = spec.dtype.startswith(("float", "bfloat"))
+        guessed: set[int] = set()  # image sides given IMAGE_SIDE
         for a in axes:
             raw = spec.shape[a]
             name = "" if placeholder(raw) else _norm(raw)
@@ -204,7 +219,8 @@ def suggest(info: ModelInfo, shapes: dict[str, list[int]], values: dict[str, Inp
                 if imgsz:
                     v, reason = imgsz[min(side, len(imgsz) - 1)], "image size from the model's metadata"
                 else:
-                    v, reason = IMAGE_SIDE, f"{IMAGE_SIDE}x{IMAGE_SIDE} image"
+                    v, reason = IMAGE_SIDE, None  # worded below from the whole shape
+                    guessed.add(a)
             elif not name and 0 < a < rank - 1 and not (nchw or nhwc):
                 v, reason = 1, "batch of 1"  # states and hidden tensors keep the batch in the middle
             elif floaty and has_rate and (name in SEQ_NAMES or not name):
@@ -216,7 +232,11 @@ def suggest(info: ModelInfo, shapes: dict[str, list[int]], values: dict[str, Inp
             dims[a] = v
             if usable_dim_name(raw):
                 named[raw] = v
-            why.setdefault(reason, reason)
+            if reason is not None:
+                why.setdefault(reason, reason)
+        if guessed:
+            words = image_words(spec.shape, dims, nchw, guessed)
+            why.setdefault(words, words)
         sug.shapes[spec.name] = dims
     for spec in needs_value(info):
         if spec.name not in values:

@@ -124,6 +124,11 @@ def value_histograms(path: Path, name: str, o: dict) -> bool:
 def error_profile_png(path: Path, prof: ErrorProfile) -> None:
     """Each tensor's error / tolerance in topological order, log scale, with the
     tolerance line, the first crossing and the culprit's tensors marked."""
+    _save(profile_figure(prof), path)
+
+
+def profile_figure(prof: ErrorProfile):
+    """The figure error_profile_png saves (a test reads its axes)."""
     plt = _plt()
     n = len(prof.ratios)
     ys = [max(r, RATIO_FLOOR) if math.isfinite(r) else 1e30 for r in prof.ratios]
@@ -141,12 +146,18 @@ def error_profile_png(path: Path, prof: ErrorProfile) -> None:
         ax.scatter(prof.culprits, [ys[i] * 1.6 for i in prof.culprits], marker="v", color="tab:purple",
                    zorder=3, label="made by the culprit")
     ax.set_xlim(-0.5, max(n - 0.5, 0.5))
+    if n <= 24:  # few tensors: each tick names its op (a fractional axis says nothing)
+        ax.set_xticks(range(n), [_plain(t, 12) for t in prof.op_types], rotation=45, fontsize=7, ha="right")
+    else:
+        from matplotlib.ticker import MaxNLocator
+
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel(f"tensors of the fused graph in topological order ({n})")
     ax.set_ylabel("error / tolerance")
     ax.set_title("error along the graph (fused vs baseline)")
     ax.legend(fontsize=7, loc="upper left")
     fig.tight_layout()
-    _save(fig, path)
+    return fig
 
 
 def write_plots(out_dir: Path, outputs: dict, shared: Optional[dict] = None,

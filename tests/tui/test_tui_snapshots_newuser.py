@@ -53,7 +53,8 @@ def test_not_a_fusion_shows_its_evidence(snap_compare, workdir, samples):
         text = panel_text(app)
         assert app.state.bisect.result["verdict"] == "not_fusion"
         assert "The evidence below shows where the error starts" in text
-        assert "Where the error starts\nevidence: the first tensor out of tolerance is out/residual:0" in text
+        # the FP16 probe sees the tensors inside the graph: the first one out of FP32's tolerance, not the output
+        assert "Where the error starts\nevidence: the first tensor out of tolerance is blk0/bias:0" in text
         assert "keep-set: keep 5 of" in text and "control (every node kept in FP32" in text
         assert "e: export report + repro bundle" in text
 
@@ -150,3 +151,24 @@ async def test_notifications_leave_the_settings_buttons_free(workdir, size):
         for button in ("#apply", "#cancel"):
             region = app.screen.query_one(button).region
             assert all(not region.overlaps(t.region) for t in toasts), (button, region, [t.region for t in toasts])
+
+
+async def test_after_the_search_the_comparison_no_longer_says_to_bisect(workdir, samples):
+    """Every "next" names a step still ahead: back on the checklist after `b`, the
+    comparison pane gives the search's verdict instead of "press b to bisect"."""
+    app = make_app(fp16_options(workdir, samples, "fp16_keepset.onnx", "fp16"))
+
+    def pane() -> str:  # the comparison pane's words, unwrapped
+        return " ".join(str(app.screen.query_one("#cmp-text").render()).split())
+
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("a")
+        await wait_idle(pilot, 300)
+        assert "break tolerance; press b to bisect" in pane()
+        await pilot.press("b")
+        await wait_idle(pilot, 300)
+        await pilot.press("h")
+        await pilot.pause(0.3)
+        assert app.state.bisect.result["verdict"] == "not_fusion"
+        assert "press b to bisect" not in pane()
+        assert "break tolerance; bisected: the error is not caused by a fusion" in pane()

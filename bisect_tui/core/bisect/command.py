@@ -164,7 +164,7 @@ def run_bisect_command(args, opts) -> int:
     report = getattr(args, "report", None)
     # pictures cost a matplotlib import: only for a report asked for
     full, md, paths = export_session(triage, summary, result, with_plots=bool(report))
-    print(term(check_text(summary), keep_newlines=True))
+    print(term(check_text(summary, bisecting=True), keep_newlines=True))
     print(term(bisect_text(full), keep_newlines=True))
     if getattr(args, "json", None):
         atomic.write_json(args.json, public_json(full))

@@ -36,6 +36,9 @@ class _ErrorSink:
         self._ready: list[tuple[str, np.ndarray, np.ndarray]] = []
 
     def write(self, tensor: str, sample: int, array: np.ndarray) -> None:
+        if array.dtype == np.float16 or array.dtype.name == "bfloat16":
+            # an FP16 engine's own tensor, judged on its values: the baseline is FP32
+            array = array.astype(np.float32)
         self.parts.setdefault(tensor, []).append(array)
 
     def end(self, tensor: str) -> None:
@@ -57,8 +60,28 @@ class _ErrorSink:
             }
 
 
-def _observe_groups(triage, observer, groups: list[list[str]], sink) -> None:
-    """Each group of tensors through the observer for every sample, streamed to `sink`."""
+def observed_names(observer, idx) -> dict[str, str]:
+    """The observer's tensors that have a baseline twin: engine name -> baseline name.
+
+    A converted engine (FP16) may compute a tensor under another name (a copy in
+    another precision); the observer says which (`baseline_names`, optional).
+    A tensor under its own name wins over a renamed copy of it."""
+    names = list(dict.fromkeys(observer.tensors if observer is not None else []))
+    aliases = dict(getattr(observer, "baseline_names", None) or {})
+    twin: dict[str, str] = {t: t for t in names if t in idx}
+    taken = set(twin.values())
+    for t in names:
+        b = aliases.get(t)
+        if t not in twin and b is not None and b in idx and b not in taken:
+            twin[t] = b
+            taken.add(b)
+    return {t: twin[t] for t in names if t in twin}
+
+
+def _observe_groups(triage, observer, groups: list[list[str]], sink, twin: Optional[dict] = None) -> None:
+    """Each group of tensors through the observer for every sample, streamed to
+    `sink` under their baseline names (`twin`)."""
+    twin = twin or {}
     total = sum(len(g) for g in groups)
     done = 0
     for gi, group in enumerate(groups):
@@ -71,10 +94,10 @@ def _observe_groups(triage, observer, groups: list[list[str]], sink) -> None:
                 names = list(values)
             for name in names:
                 if name in values:
-                    sink.write(name, k, values[name])
+                    sink.write(twin.get(name, name), k, values[name])
             del values
         for name in names:
-            sink.end(name)
+            sink.end(twin.get(name, name))
         sink.end_group()
         if len(groups) > 1:  # memory given back for the next group; a full collection costs 40 ms at 5,000 nodes
             release_memory()
@@ -105,13 +128,14 @@ def run_probe(triage, optimized_path: str, units: list[Unit], tolerance=None, co
     errors = triage.probe_errors.get(key) if key is not None else None
     if errors is None:
         observer = triage.engine.observer(triage.session.model_path, config, optimized_path)
-        shared = [t for t in dict.fromkeys(observer.tensors if observer else []) if t in idx]
-        sizes = {t: idx[t]["bytes"] // max(triage.inputs.samples, 1) for t in shared}
+        twin = observed_names(observer, idx)
+        shared = list(twin)
+        sizes = {t: idx[twin[t]]["bytes"] // max(triage.inputs.samples, 1) for t in shared}
         groups = plan_groups(shared, sizes, max(triage.max_memory // max(2 * triage.inputs.samples, 1), 16 << 20))
         sink = _ErrorSink(triage, tol)
         try:
             if observer is not None:
-                _observe_groups(triage, observer, groups, sink)
+                _observe_groups(triage, observer, groups, sink, twin)
         finally:
             if observer is not None:
                 observer.close()

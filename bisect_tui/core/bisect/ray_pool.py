@@ -11,7 +11,7 @@ this machine. An unmarked build's optimized graph (the level search, the
 probe and the attribution read it) comes back as bytes and is written into
 the session here.
 
-`ray` is an optional extra (`pip install 'bisect-tui[ray]'`), imported only
+`ray` is an optional extra (`pip install -e '.[ray]'` from a clone), imported only
 when `--ray` is given.
 """
 
@@ -37,7 +37,7 @@ def import_ray():
     try:
         import ray
     except ImportError:
-        raise UserError("--ray needs Ray, an optional extra: pip install 'bisect-tui[ray]'") from None
+        raise UserError("--ray needs Ray, an optional extra: pip install -e '.[ray]' from a clone of bisect-tui") from None
     return ray
 
 

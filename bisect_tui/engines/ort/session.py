@@ -191,6 +191,14 @@ class OrtObserver:
         """Every tensor the fused program computes, in its node order."""
         return list(dict.fromkeys(o for n in self.model.graph.node for o in n.output if o))
 
+    @property
+    def baseline_names(self) -> dict[str, str]:
+        """FP16 on the CPU provider computes most tensors as FP32 copies under a
+        prefixed name (`InsertedPrecisionFreeCast_X` holds X): the probe compares those with X."""
+        from bisect_tui.engines.ort.fusedmap import _ALIAS_PREFIXES
+
+        return {t: t[len(p):] for t in self.tensors for p in _ALIAS_PREFIXES[:2] if t.startswith(p)}
+
     def observe(self, feeds: dict[str, np.ndarray], tensors) -> dict[str, np.ndarray]:
         from bisect_tui.core.legacy_models import drop_unfed_inputs
         from bisect_tui.engines.ort.unfused import make_session

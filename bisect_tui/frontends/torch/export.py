@@ -47,21 +47,58 @@ class ExportResult:
         return asdict(self)
 
 
-def _quiet_torch_loggers():
+def _quiet_torch_loggers(sink: io.StringIO):
+    """torch's loggers (their own stderr handlers included) write into `sink`
+    for the export: a failed shape guard logged `E1201 ... always_classified is
+    unsupported` lines above the one-line error."""
     names = ["torch", "torch.onnx", "torch.export", "torch.fx", "torch._dynamo", "onnxscript"]
-    saved = {n: logging.getLogger(n).level for n in names}
 
     @contextlib.contextmanager
     def ctx():
+        handler = logging.StreamHandler(sink)
+        saved = {}
         for n in names:
-            logging.getLogger(n).setLevel(logging.ERROR)
+            lg = logging.getLogger(n)
+            saved[n] = (lg.level, list(lg.handlers), lg.propagate)
+            for h in list(lg.handlers):
+                lg.removeHandler(h)
+            lg.addHandler(handler)
+            lg.propagate = False
+            lg.setLevel(logging.WARNING)
         try:
             yield
         finally:
-            for n, lvl in saved.items():
-                logging.getLogger(n).setLevel(lvl)
+            for n, (lvl, handlers, propagate) in saved.items():
+                lg = logging.getLogger(n)
+                lg.removeHandler(handler)
+                for h in handlers:
+                    lg.addHandler(h)
+                lg.propagate = propagate
+                lg.setLevel(lvl)
 
     return ctx()
+
+
+@contextlib.contextmanager
+def _jit_log_into(sink: io.StringIO):
+    """The TorchScript exporter prints "Torch IR graph at exception: ..." (40 lines
+    on a real model) from C++ straight to stdout: its logging switch cannot be
+    turned off (torch 2.13 enables it whatever `verbose` says). Its one entry
+    point is swapped for one that writes into the export log."""
+    C = torch._C
+    original = getattr(C, "_jit_onnx_log", None)
+    if original is None:
+        yield
+        return
+
+    def into_log(*parts):
+        sink.write("".join(str(p) for p in parts) + "\n")
+
+    C._jit_onnx_log = into_log
+    try:
+        yield
+    finally:
+        C._jit_onnx_log = original
 
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -79,9 +116,8 @@ def _reason(exc: BaseException) -> str:
     return " <- ".join(reversed(parts)) if len(parts) > 1 else parts[0]
 
 
-def _one_export(loaded: Loaded, args: tuple, path: Path, dynamo: bool) -> tuple[list[str], str]:
-    log = io.StringIO()
-    with warnings.catch_warnings(record=True) as caught, _quiet_torch_loggers(), \
+def _one_export(loaded: Loaded, args: tuple, path: Path, dynamo: bool, log: io.StringIO) -> list[str]:
+    with warnings.catch_warnings(record=True) as caught, _quiet_torch_loggers(log), _jit_log_into(log), \
             contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
         warnings.simplefilter("always")
         kwargs = dict(input_names=list(loaded.input_names), dynamo=dynamo)
@@ -89,9 +125,10 @@ def _one_export(loaded: Loaded, args: tuple, path: Path, dynamo: bool) -> tuple[
             kwargs["external_data"] = loaded.state_bytes > EXTERNAL_DATA_ABOVE
         with torch.no_grad():
             torch.onnx.export(loaded.module, args, str(path), **kwargs)
-    notes = [f"{w.category.__name__}: {str(w.message).splitlines()[0][:300]}" for w in caught
-             if issubclass(w.category, torch.jit.TracerWarning)]
-    return notes, log.getvalue()
+    for w in caught:
+        log.write(f"{w.category.__name__}: {w.message} ({w.filename}:{w.lineno})\n")
+    return [f"{w.category.__name__}: {str(w.message).splitlines()[0][:300]}" for w in caught
+            if issubclass(w.category, torch.jit.TracerWarning)]
 
 
 def export(loaded: Loaded, args: tuple, outdir: Path, spec: TorchSpec) -> ExportResult:
@@ -107,21 +144,26 @@ def export(loaded: Loaded, args: tuple, outdir: Path, spec: TorchSpec) -> Export
     fallback = None
     order = {"auto": [True, False], "dynamo": [True], "torchscript": [False]}[spec.exporter]
     last_error = None
+    log = io.StringIO()
+    log_file = outdir / "export.log"
     for dynamo in order:
+        log.write(f"--- {'dynamo' if dynamo else 'torchscript'} exporter\n")
         try:
             if dynamo:  # the dynamo exporter needs onnxscript: a missing one is said plainly
                 importlib.import_module("onnxscript")
-            notes, log = _one_export(loaded, args, path, dynamo)
+            notes = _one_export(loaded, args, path, dynamo, log)
             break
         except Exception as exc:
             last_error = f"{'dynamo' if dynamo else 'torchscript'} exporter: {_reason(exc)}"
+            log.write(f"failed: {last_error}\n")
             if dynamo and len(order) > 1:
                 fallback = last_error
             continue
     else:
-        raise UserError(f"--torch {spec.text}: ONNX export failed ({last_error})")
-    log_file = outdir / "export.log"
-    log_file.write_text(log, encoding="utf-8")
+        log_file.write_text(log.getvalue(), encoding="utf-8")
+        raise UserError(f"--torch {spec.text}: ONNX export failed ({last_error}); the exporters' own output "
+                        f"is in {log_file}")
+    log_file.write_text(log.getvalue(), encoding="utf-8")
     model = onnx.load(str(path), load_external_data=False)
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
     return ExportResult(

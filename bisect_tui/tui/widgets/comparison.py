@@ -56,12 +56,16 @@ class ComparisonView(StepView):
         eng = engine_section(f).data  # the report's engine section: the comparison's own record has its keys
         entries = ", ".join(f"{k}={v}" for k, v in eng["entries"])
         n_fail = len(f["failing_outputs"])
+        done = (st.bisect.result or {}).get("verdict") if st.bisect is not None else None
+        # a "next" that is behind the user is not offered: after the search, its verdict
+        ahead = (f"bisected: {BISECT_VERDICT.get(done, done)} (b shows the search)" if done
+                 else "press b to bisect")
         verdict = ("✔ PASS: every output within tolerance" if f["passed"]
-                   else f"✘ FAIL: {n_fail} of {len(f['outputs'])} output(s) break tolerance; press b to bisect")
+                   else f"✘ FAIL: {n_fail} of {len(f['outputs'])} output(s) break tolerance; {ahead}")
         if f.get("error"):  # the engine did not build or run while the baseline did
             verdict = (f"✘ FAIL ({f['error']['kind']}): the fused engine "
                        + ("does not build" if f["error"]["kind"] == "build_error" else "fails while running")
-                       + f": {f['error']['message']}; press b to bisect")
+                       + f": {f['error']['message']}; {ahead}")
         sens = f.get("sensitivity") or {}
         sens_line = ""
         if sens.get("amplifies"):
@@ -70,6 +74,8 @@ class ComparisonView(StepView):
         sh = f.get("shared_tensors") or {}
         if sh.get("first_failing_tensor"):
             sens_line += f"\nfirst tensor out of tolerance inside the fused graph: {sh['first_failing_tensor']}"
+            if f["passed"]:
+                sens_line += " (inner tensors only: the outputs pass)"
         text.update(T(
             f"engine {eng['engine']} level={eng['level']} precision={eng['precision']}"
             + (f" {entries}" if entries else "")
