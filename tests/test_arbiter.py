@@ -166,3 +166,27 @@ def test_the_second_process_computes_the_same_truth(samples, tmp_path, monkeypat
     monkeypatch.setattr(checks.SecondRun, "truth", failing(file_gone))
     gone = run(samples, tmp_path / "gone", parse_tolerance("fp32"), GELU)
     assert fallbacks == [None, None] and gone.arbiter["outputs"] == here.arbiter["outputs"]
+
+
+def _weighted(path: Path) -> Path:
+    """A 1 MB MatMul weight: the float64 run would hold about 4 MB of it."""
+    w = onnx.numpy_helper.from_array(np.random.default_rng(0).standard_normal((512, 512)).astype(np.float32), "w")
+    g = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"], name="mm"),
+                           helper.make_node("Relu", ["y"], ["z"], name="r")], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 512])],
+                          [helper.make_tensor_value_info("z", TensorProto.FLOAT, [1, 512])], [w])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), path)
+    return path
+
+
+@pytest.mark.parametrize("budget, runs", [(3 << 20, False), (5 << 20, True)])
+def test_the_float64_run_keeps_to_the_memory_budget(tmp_path, budget, runs):
+    # a 2.4 GB model peaked at 9.5 GB with the float64 run: over the budget it is skipped, saying how much to give
+    t = Triage(TriageOptions(model=_weighted(tmp_path / "w.onnx"), session_dir=tmp_path / "s", max_memory=budget,
+                             tolerance=parse_tolerance("fp32")))
+    t.run_all()
+    arb = t.summary()["arbiter"]
+    assert arb["available"] is runs
+    if not runs:
+        assert arb["skipped"] and "4 MB), more than the memory budget of 3 MB; give --max-memory 5M" in arb["reason"]
+        assert "float64 arbiter: not run (skipped: the float64 run holds" in check_text(t.summary())

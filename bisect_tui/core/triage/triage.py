@@ -28,6 +28,14 @@ from bisect_tui.core.inputs import InputSet, generate_inputs, load_inputs
 from bisect_tui.core.model import ModelInfo, adopt_weights, load_model_info, save_prepared
 from bisect_tui.core.engine_log import set_engine_log
 from bisect_tui.core.memory import default_max_memory
+
+# the float64 truth holds the weights as float32 (the model), float64 (its copy) and the
+# evaluator's arrays: measured 9.5 GB peak on a 2.4 GB model
+ARBITER_WEIGHT_COPIES = 4
+
+
+def _size(n: int) -> str:
+    return f"{n / (1 << 30):.1f} GB" if n >= 1 << 30 else f"{n / (1 << 20):.0f} MB"
 from bisect_tui.core.session import Session, default_session_dir, stable_key
 from bisect_tui.core.triage import catalog
 from bisect_tui.core.triage.frontend import TorchFrontEnd
@@ -303,6 +311,14 @@ class Triage(Overlap, FusedStep, TorchFrontEnd, Verdicts):
         if self.check.error:
             self._drop_truth_source()
             self.arbiter = unavailable("the fused engine did not build or run: no output to judge")
+            return self.arbiter
+        needed = ARBITER_WEIGHT_COPIES * (self.info.initializer_bytes if self.info is not None else 0)
+        if needed > self.max_memory:  # a 2.4 GB model peaked at 9.5 GB with the float64 run, 2.8 GB without
+            self._drop_truth_source()
+            self.arbiter = {**unavailable(
+                f"skipped: the float64 run holds its weights about {ARBITER_WEIGHT_COPIES} times over "
+                f"({_size(needed)}), more than the memory budget of {_size(self.max_memory)}; "
+                f"give --max-memory {-(-needed // (1 << 20)) + 1}M to run it"), "skipped": True}
             return self.arbiter
         key = stable_key("arbiter/v2", self.baseline.manifest["key"], self.check.key,
                          self._torch.loaded.state_sha256 if self._torch else None)
