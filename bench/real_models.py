@@ -7,7 +7,7 @@ their .onnx files are unzipped beside them. Each model is checked in FP32 (ORT),
 FP16 (ORT --precision fp16) and on OpenVINO; every failing run is bisected. Then
 each conclusion is recomputed here with the libraries alone, never with
 bisect-tui's own code: a pass by the plain engine against plain ORT FP32, a
-keep-set by onnxruntime's FP16 converter with that block list, a workaround by a
+keep-set by onnxruntime's FP16 converter with that block list (plus the cast repair the bundle ships), a workaround by a
 plain ORT session with those optimizers disabled, "not a fusion" by the engine
 with every fusion blocked (ORT_DISABLE_ALL; OpenVINO with every tensor a graph
 output). Where the two disagree the table says so: that is the point of it.
@@ -130,9 +130,17 @@ def _ort(model, feeds, level="disable", disabled=()):
 
 
 def _fp16(path: Path, keep=()):
+    """The FP16 model as a user rebuilds it: onnxruntime's converter; with a keep-set,
+    the converter plus the repair the bundle ships (engines/ort/fp16.py, which needs
+    only onnx and onnxruntime: the converter alone rounds a kept node's inputs to FP16
+    on the way in, so no keep-set could pass with it). Plain ORT runs the result."""
     import onnx
     from onnxruntime.transformers.float16 import convert_float_to_float16
 
+    if keep:
+        from bisect_tui.engines.ort.fp16 import convert
+
+        return convert(onnx.load(str(path)), list(keep))[0]
     return convert_float_to_float16(onnx.load(str(path)), keep_io_types=True, node_block_list=list(keep))
 
 
