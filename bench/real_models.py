@@ -6,8 +6,9 @@ nudenet, ddddocr), so nothing is committed: `pip download --no-deps
 their .onnx files are unzipped beside them. Each model is checked in FP32 (ORT),
 FP16 (ORT --precision fp16) and on OpenVINO; every failing run is bisected. Then
 each conclusion is recomputed here with the libraries alone, never with
-bisect-tui's own code: a pass by the plain engine against plain ORT FP32, a
-keep-set by onnxruntime's FP16 converter with that block list (plus the cast repair the bundle ships), a workaround by a
+bisect-tui's search or judge: a pass by the plain engine against plain ORT FP32, a
+keep-set by onnxruntime's FP16 converter with that block list plus the cast repair
+the repro bundle ships as a standalone file (engines/ort/fp16.py), a workaround by a
 plain ORT session with those optimizers disabled, "not a fusion" by the engine
 with every fusion blocked (ORT_DISABLE_ALL; OpenVINO with every tensor a graph
 output). Where the two disagree the table says so: that is the point of it.
