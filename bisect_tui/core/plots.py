@@ -112,7 +112,7 @@ def value_histograms(path: Path, name: str, o: dict) -> bool:
     if test.get("counts"):
         _bars(a1, test, "fused engine")
     a1.set_title(f"{_plain(name)}: values")
-    a1.legend(fontsize=7)
+    a1.legend(fontsize=7, loc="upper right")  # "best" searches every point: slow, and matplotlib warns
     if err.get("counts"):
         _bars(a2, err, "error", color="tab:red", alpha=0.7)
     a2.set_title(f"log10 |fused - baseline| ({'PASS' if o['passed'] else 'FAIL'})")

@@ -46,7 +46,7 @@ def draw(t: TensorResult, path: Path) -> bool:
     if test.get("counts"):
         _bars(a1, test, alpha=0.5, label=f"test ({m.get('test_dtype', '')})")
     a1.set_title(f"{_title(t.pair.test.name)}: values")
-    a1.legend(fontsize=7)
+    a1.legend(fontsize=7, loc="upper right")  # "best" searches every point: slow, and matplotlib warns
     if err.get("counts"):
         _bars(a2, err, color="tab:red", alpha=0.7)
     a2.set_title(f"log10 |test - golden| ({'PASS' if t.passed else 'FAIL'})")
