@@ -23,12 +23,12 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Optional
 
-import numpy as np
-
 from bisect_tui.core.cancel import CancelToken, Progress, ProgressFn, no_progress
 from bisect_tui.core.errors import UserError
 
 if TYPE_CHECKING:
+    import numpy as np
+
     from bisect_tui.api.reference import UnfusedReference
     from bisect_tui.core.session import Session
 
@@ -235,6 +235,8 @@ class SecondRun:
                     msg = m
             arrays = None
             if msg is not None and "truth" in msg:
+                import numpy as np
+
                 try:
                     with np.load(self.truth_path, allow_pickle=False) as z:
                         arrays = {n: z[f"o{i}"] for i, n in enumerate(self.truth_outputs or [])}
@@ -327,6 +329,8 @@ class HashSink:
         self.digests: dict[str, str] = {}
 
     def write(self, tensor: str, sample: int, array: np.ndarray) -> None:
+        import numpy as np
+
         self.hashes.setdefault(tensor, hashlib.sha256()).update(
             np.ascontiguousarray(array).tobytes()
         )
@@ -336,6 +340,8 @@ class HashSink:
 
 
 def main(argv: list[str]) -> int:
+    import numpy as np
+
     from bisect_tui.core.groups import run_groups
     from bisect_tui.core.inputs import InputSet
     from bisect_tui.core.session import Session
@@ -388,6 +394,8 @@ def _float64_truth(model, inputs, outputs: list[str], dest: str, reference: "Unf
     the parent judges the engine; the arrays go to `dest` (in the session's tmp/),
     one line says what computed them."""
     import os
+
+    import numpy as np
 
     from bisect_tui.core.reference import float64_outputs
 
