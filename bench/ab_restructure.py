@@ -19,11 +19,16 @@ Why it is built the way it is:
 - The two trees take turns in the order A B B A A B ..., so a drift in the machine's load
   falls on both alike.
 - Every run gets a fresh session folder (no steps reused from an earlier run).
-- "Same answer": the exit codes are equal and the `--json` outputs are equal once the
-  fields that cannot be equal are dropped: timings and timestamps, session paths, the
-  step cache keys (by design the new keys do not hold the search's config), and keys the
-  new tree adds (listed, never counted as a difference: the contract lets a release add
-  keys). A key the new tree drops, or any other value that differs, is a difference.
+- "Same answer" (as in docs/benchmarks.md section 3b): the exit code, each culprit's fused
+  node, original nodes, passes and `exposed_by`, and the workaround's disabled passes with
+  its full-engine verdict, from the `--json` results.
+- "Same JSON", stricter: the whole `--json` outputs are equal once the fields that cannot
+  be equal are dropped: timings and timestamps, session paths, the step cache keys (by
+  design the new keys do not hold the search's config), and keys the new tree adds
+  (listed, never counted as a difference: the contract lets a release add keys). A key
+  the new tree drops, or any other value that differs, is a difference (a search that
+  takes other steps to the same answer differs here: issue 24 changed the two-culprit
+  search on purpose).
 - `--importtime`: `python -X importtime -m bisect_tui --help` in both trees, the modules
   imported and the total self time of bisect_tui's own modules and of all modules.
 
@@ -99,6 +104,17 @@ def compare(old: dict, new: dict) -> tuple[list[str], list[str]]:
     return diffs, added
 
 
+def answer(rc: int, doc: dict) -> tuple:
+    """What the command concluded, without how it searched."""
+    b = doc.get("bisect") or {}
+    culprits = tuple((c.get("fused_node"), tuple(c.get("original_nodes") or ()), tuple(c.get("optimizers") or ()),
+                      c.get("exposed_by")) for c in b.get("culprits") or ())
+    w = b.get("workaround") or {}
+    work = (tuple(w.get("disabled_optimizers") or ()), (w.get("full_engine") or {}).get("passed"))
+    outputs = tuple(sorted((k, (v or {}).get("passed")) for k, v in (doc.get("outputs") or {}).items()))
+    return rc, doc.get("verdict"), tuple(doc.get("failing_outputs") or ()), outputs, culprits, work
+
+
 def median(xs: list[float]) -> float:
     return statistics.median(xs) if xs else float("nan")
 
@@ -159,6 +175,7 @@ def main() -> int:
             for command in [c.strip() for c in args.commands.split(",") if c.strip()]:
                 runs: dict[str, list] = {"old": [], "new": []}
                 answers: dict[str, list] = {"old": [], "new": []}
+                concl: dict[str, list] = {"old": [], "new": []}
                 print(f"{name} ({info['nodes']} nodes) {command}:", end=" ", flush=True)
                 for i in range(args.runs):
                     order = ("old", "new") if i % 2 == 0 else ("new", "old")
@@ -174,7 +191,9 @@ def main() -> int:
                         if r["rc"] not in (0, 1) or not out.exists():
                             raise SystemExit(f"{tag} {name} {command} failed ({r['rc']}):\n{r['stderr'][-2000:]}")
                         runs[tag].append(r)
-                        answers[tag].append((r["rc"], normalised(json.loads(out.read_text()), sess)))
+                        doc = json.loads(out.read_text())
+                        answers[tag].append((r["rc"], normalised(doc, sess)))
+                        concl[tag].append(answer(r["rc"], doc))
                         shutil.rmtree(sess, ignore_errors=True)
                         print(f"{tag[0]}{r['wall']:.2f}/{r['cpu']:.2f}", end=" ", flush=True)
                 print(flush=True)
@@ -188,19 +207,22 @@ def main() -> int:
                         if rc != ref_rc:
                             diffs.insert(0, f"exit code {ref_rc} -> {rc}")
                         notes.extend(f"{tag}: {d}" for d in diffs)
-                same = "yes" if not notes else "NO"
-                differs |= bool(notes)
+                same_json = "yes" if not notes else "no"
+                same = "yes" if len(set(concl["old"] + concl["new"])) == 1 else "NO"
+                if same != "yes":
+                    print("   answers:", sorted(set(concl["old"] + concl["new"]), key=repr))
+                differs |= same != "yes"
                 for n in sorted(set(notes))[:20]:
                     print("   differs:", n)
                 if added:
                     print(f"   keys only the new tree writes ({len(added)}): "
                           + ", ".join(sorted({re.sub(r'\[\d+\]', '[]', a) for a in added}))[:600])
-                rows.append((name, info["nodes"], command, runs, same))
+                rows.append((name, info["nodes"], command, runs, f"{same} / {same_json}"))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     print()
     print("| model | nodes | command | wall before | wall after | after/before | CPU before | CPU after | "
-          "after/before | n | same answer |")
+          "after/before | n | same answer / JSON |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     for name, nodes, command, runs, same in rows:
         w = {k: median([r["wall"] for r in v]) for k, v in runs.items()}

@@ -24,9 +24,7 @@ import os
 import signal
 import sys
 from pathlib import Path
-from typing import Optional, Sequence
-
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Optional, Sequence
 
 from bisect_tui import __version__
 
