@@ -104,7 +104,7 @@ def compare(old: dict, new: dict) -> tuple[list[str], list[str]]:
     return diffs, added
 
 
-def answer(rc: int, doc: dict) -> tuple:
+def answer(rc: int, doc: dict) -> str:
     """What the command concluded, without how it searched."""
     b = doc.get("bisect") or {}
     culprits = tuple((c.get("fused_node"), tuple(c.get("original_nodes") or ()), tuple(c.get("optimizers") or ()),
@@ -112,7 +112,7 @@ def answer(rc: int, doc: dict) -> tuple:
     w = b.get("workaround") or {}
     work = (tuple(w.get("disabled_optimizers") or ()), (w.get("full_engine") or {}).get("passed"))
     outputs = tuple(sorted((k, (v or {}).get("passed")) for k, v in (doc.get("outputs") or {}).items()))
-    return rc, doc.get("verdict"), tuple(doc.get("failing_outputs") or ()), outputs, culprits, work
+    return json.dumps([rc, doc.get("verdict"), doc.get("failing_outputs"), outputs, culprits, work], sort_keys=True)
 
 
 def median(xs: list[float]) -> float:
