@@ -24,13 +24,30 @@ import os
 import signal
 import sys
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import TYPE_CHECKING, Optional, Sequence
 
-from bisect_tui import __version__, commands, compare_cli
-from bisect_tui.core.errors import Cancelled, EnvironmentFault, ExitCode, UserError
-from bisect_tui.core.escape import term
-from bisect_tui.options import Parser, add_model_options, device_list, positive_int
-from bisect_tui.options import options_from_args  # noqa: F401  (re-exported: `bisect_tui.cli.options_from_args`)
+from bisect_tui import __version__
+
+if TYPE_CHECKING:
+    from bisect_tui.core.errors import EnvironmentFault
+
+# The rest of the program is imported inside the functions, not here: `entry()`
+# starts the determinism check's second interpreter before it (see
+# _prestart_early), and every module this one imported first (the shared options,
+# the engine contract, numpy by way of the commands) made that start later.
+
+
+def __getattr__(name: str):
+    # re-exported, imported on first use: `bisect_tui.cli.options_from_args`, `.commands`
+    if name == "options_from_args":
+        from bisect_tui.options import options_from_args
+
+        return options_from_args
+    if name in ("commands", "compare_cli"):
+        import importlib
+
+        return importlib.import_module(f"bisect_tui.{name}")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 EPILOG = """exit codes: 0 within tolerance / nothing to find, 1 tolerance broken / culprits found,
 2 usage or bad input, 3 baseline not deterministic, 4 NaN/Inf in the baseline,
@@ -38,6 +55,9 @@ EPILOG = """exit codes: 0 within tolerance / nothing to find, 1 tolerance broken
 70 internal error (a bug, see the log), 130 interrupted"""
 
 def build_parser() -> argparse.ArgumentParser:
+    from bisect_tui import compare_cli
+    from bisect_tui.options import Parser, add_model_options, device_list, positive_int
+
     p = Parser(
         prog="bisect-tui",
         description="Find the fused operator that makes an optimized inference engine break tolerance. "
@@ -109,6 +129,9 @@ ENVIRONMENT_ERRNOS = {
 
 def environment_fault(exc: BaseException) -> Optional[EnvironmentFault]:
     """An OSError (or MemoryError) that is the machine's fault, as one line."""
+    from bisect_tui.core.errors import EnvironmentFault
+    from bisect_tui.core.escape import term
+
     if isinstance(exc, MemoryError):
         return EnvironmentFault("out of memory; lower --max-memory or --samples, or free memory, and rerun")
     if isinstance(exc, OSError) and exc.errno in ENVIRONMENT_ERRNOS:
@@ -181,6 +204,10 @@ MAX_ARGS = 4096
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Every outcome maps to a documented exit code; no traceback reaches the user,
     and an internal error never exits with a verdict's code."""
+    from bisect_tui import commands, compare_cli
+    from bisect_tui.core.errors import Cancelled, ExitCode, UserError
+    from bisect_tui.core.escape import term
+
     given = list(sys.argv[1:] if argv is None else argv)
     if len(given) > MAX_ARGS:
         # argparse's time grows with the square of the options given: 10,000
@@ -241,6 +268,28 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         del _session._ACTIVE[opened:]
 
 
+def _prestart_early(argv: Sequence[str]) -> None:
+    """Start the determinism check's second interpreter before this one imports
+    anything else (numpy, onnx, the engine contract, the options): on a small
+    model that interpreter's imports are the longest path of the command, and each
+    module imported before it started made the whole command later by as much.
+
+    The command line is only glanced at: check or bisect, and nothing that may be
+    --no-determinism (or an abbreviation argparse would take for it) or --help. A
+    guess either way changes no answer: the command's own prestart adopts this
+    interpreter or starts one, an unused one is killed when main() ends."""
+    if not argv or argv[0] not in ("check", "bisect") or len(argv) > MAX_ARGS:
+        return
+    for a in argv[1:]:
+        flag = a.split("=", 1)[0]
+        if flag in ("-h", "--help", "--") or (len(flag) > 4 and "--no-determinism".startswith(flag)):
+            return
+    from bisect_tui.core.second_run import prestart
+    from bisect_tui.engines.registry import default_reference
+
+    prestart(default_reference().spec)
+
+
 def entry() -> None:
     """The console script: main(), then a quick exit.
 
@@ -253,7 +302,13 @@ def entry() -> None:
     from bisect_tui.core.threads import limit_blas
 
     limit_blas(os.environ)  # before numpy loads its BLAS (core/threads.py)
-    code = main()
+    _prestart_early(sys.argv[1:])
+    try:
+        code = main()
+    finally:  # argparse's SystemExit (--help, a usage error) leaves main() before its own cleanup
+        second = sys.modules.get("bisect_tui.core.second_run")
+        if second is not None:
+            second.stop_prestarted()
     import atexit
     import logging
 

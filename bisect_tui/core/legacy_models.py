@@ -44,7 +44,10 @@ def drop_unfed_inputs(model: onnx.ModelProto, fed: Collection[str]) -> list[str]
     the engine folded away; a session made from it would refuse every feed
     without them, although nothing would read them."""
     graph = model.graph
-    keep = set(fed) | {t.name for t in graph.initializer} | {o.name for o in graph.output}
+    keep = set(fed) | {o.name for o in graph.output}
+    if all(vi.name in keep for vi in graph.input):
+        return []  # every input fed (the usual case): no walk over every node's inputs per group
+    keep |= {t.name for t in graph.initializer}
     keep |= _read_names(graph)
     dropped = [vi.name for vi in graph.input if vi.name not in keep]
     if dropped:

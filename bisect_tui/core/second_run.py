@@ -23,12 +23,12 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Optional
 
-import numpy as np
-
 from bisect_tui.core.cancel import CancelToken, Progress, ProgressFn, no_progress
 from bisect_tui.core.errors import UserError
 
 if TYPE_CHECKING:
+    import numpy as np
+
     from bisect_tui.api.reference import UnfusedReference
     from bisect_tui.core.session import Session
 
@@ -235,6 +235,8 @@ class SecondRun:
                     msg = m
             arrays = None
             if msg is not None and "truth" in msg:
+                import numpy as np
+
                 try:
                     with np.load(self.truth_path, allow_pickle=False) as z:
                         arrays = {n: z[f"o{i}"] for i, n in enumerate(self.truth_outputs or [])}
@@ -337,6 +339,8 @@ class HashSink:
         self.kept: Optional[dict[tuple[str, int], np.ndarray]] = {} if keep else None
 
     def write(self, tensor: str, sample: int, array: np.ndarray) -> None:
+        import numpy as np
+
         self.hashes.setdefault(tensor, hashlib.sha256()).update(
             np.ascontiguousarray(array).tobytes()
         )
@@ -351,6 +355,8 @@ class HashSink:
 
 
 def main(argv: list[str]) -> int:
+    import numpy as np
+
     from bisect_tui.core.groups import run_groups
     from bisect_tui.core.inputs import InputSet
     from bisect_tui.core.session import Session
@@ -406,6 +412,8 @@ def _float64_truth(model, inputs, outputs: list[str], dest: str, reference: "Unf
     process's own FP32 run, tensor by tensor) and numpy's warnings, which the
     parent writes to the session's log."""
     import os
+
+    import numpy as np
 
     from bisect_tui.core.reference import float64_outputs
 
