@@ -163,14 +163,15 @@ def run_pg(model: Path, inputs: Path, tmp: Path, mode: str, n_nodes: int, timeou
     counter = work / "counter.txt"
     t0 = time.perf_counter()
     prep = subprocess.run([sys.executable, str(tmp / "prep.py"), str(model), str(inputs),
-                           str(work / "golden.npz"), str(work / "inputs.json")], capture_output=True, text=True)
+                           str(work / "golden.npz"), str(work / "inputs.json")], capture_output=True, text=True,
+                          env=peer.polygraphy_env())
     prep_s = time.perf_counter() - t0
     if prep.returncode != 0:
         raise SystemExit(f"golden dump failed:\n{prep.stderr[-2000:]}")
-    cmd = [str(Path(sys.executable).parent / "polygraphy"), "debug", "reduce", str(model), "-o", "reduced.onnx",
+    cmd = [*peer.polygraphy_cmd(), "debug", "reduce", str(model), "-o", "reduced.onnx",
            f"--mode={mode}", "--load-inputs", "inputs.json",
            "--check", sys.executable, str(tmp / check), "polygraphy_debug.onnx", "golden.npz", str(counter)]
-    rc, wall, peak, so, se = timed(cmd, work, timeout, env={**os.environ, "TMPDIR": str(work)})
+    rc, wall, peak, so, se = timed(cmd, work, timeout, env={**peer.polygraphy_env(), "TMPDIR": str(work)})
     sizes = [int(x) for x in counter.read_text().split()] if counter.exists() else []
     res = {"wall": prep_s + wall, "whole": 2 * sum(1 for s in sizes if s >= n_nodes),
            "sub": 2 * sum(1 for s in sizes if s < n_nodes), "peak": peak, "timed_out": rc is None,
@@ -258,18 +259,14 @@ def main() -> int:
     import compileall
 
     compileall.compile_dir(str(Path(__file__).resolve().parent.parent / "bisect_tui"), quiet=1)
-    try:
-        if not args.no_peer:
-            import onnx_graphsurgeon  # noqa: F401
-    except ImportError:
-        print(f"debug reduce needs onnx_graphsurgeon: {sys.executable} -m pip install onnx-graphsurgeon",
-              file=sys.stderr)
+    versions = None if args.no_peer else peer.peer_versions()
+    if versions is None and not args.no_peer:
+        print(peer.INSTALL_HINT, file=sys.stderr)
         return 2
     import onnxruntime as ort
-    import polygraphy
 
     n = args.workers
-    print(f"onnxruntime {ort.__version__}, polygraphy {polygraphy.__version__}, Python {sys.version.split()[0]}, "
+    print(f"onnxruntime {ort.__version__}, polygraphy {versions[0] if versions else '-'}, Python {sys.version.split()[0]}, "
           f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f} at start")
     tmp = Path(tempfile.mkdtemp(prefix="bench_scale_", dir="/tmp"))
     rows = []
