@@ -247,6 +247,8 @@ class Search(Trials):
         cfg = self.config.with_level(level)
         for g in culprits:
             for name in (self.findings.made(g, cfg) or {}).get("confirmed", []):
+                if self.workaround_kept(name):
+                    continue  # the workaround reads it off a culprit's subgraph (attribute_subgraph.py)
                 c = self.workaround_base.with_disabled([name])
                 self.prefetch(Candidate("workaround", None, c))
 
