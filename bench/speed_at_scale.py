@@ -149,6 +149,9 @@ def run_bt(model: Path, inputs: Path, tmp: Path, workers: int, fanout: int, tag:
            "search_builds": search_builds, "search_s": b.get("seconds"),
            "steps": [(s["kind"], s["region"], s["passed"]) for s in b["steps"]],
            "workers_used": sorted({s.get("worker", "main") for s in b["steps"] if not s["cached"]})}
+    # what the session holds on disk (model copy, baseline, engines' optimized graphs, maps, steps):
+    # the data the peak memory is set beside
+    res["session_bytes"] = sum(f.stat().st_size for f in sess.rglob("*") if f.is_file())
     shutil.rmtree(sess, ignore_errors=True)
     return res
 
@@ -250,6 +253,8 @@ def main() -> int:
     ap.add_argument("--no-dump", action="store_true")
     ap.add_argument("--no-peer", action="store_true",
                     help="bisect-tui rows only (no debug reduce): for measuring the workers")
+    ap.add_argument("--peer-repeat", type=int, default=1,
+                    help="run debug reduce in this many of the repeats (after bisect-tui's rows; median)")
     ap.add_argument("--repeat", type=int, default=1,
                     help="run each bisect-tui row this many times and keep the median wall time")
     args = ap.parse_args()
@@ -291,14 +296,25 @@ def main() -> int:
             runs: dict[str, list] = {}
             # the rows take turns (1 worker, N workers, ...) in each repeat, so a change in the
             # shared machine's load falls on all of them alike; each row keeps its median run
-            for _ in range(max(1, args.repeat)):
+            check = "check.py" if ort_config(name) else "check_default.py"
+            for i in range(max(1, args.repeat)):
                 for tag, w, k, pr in (("bt_w1_k1", 1, 1, True), (f"bt_w{n}_k{n}", n, n, True),
                                       (f"np_w1_k{n}", 1, n, False), (f"np_w{n}_k{n}", n, n, False)):
                     if tag not in keep:
                         continue
                     print(tag, end=" ", flush=True)
                     runs.setdefault(tag, []).append(run_bt(model, inputs, tmp, w, k, tag, pr, ort_config(name)))
+                if not args.no_peer and i < args.peer_repeat:
+                    # the peer takes its turn in the same repeat: both tools meet the same load
+                    print("reduce-bisect", end=" ", flush=True)
+                    runs.setdefault("pg_bisect", []).append(
+                        run_pg(model, inputs, tmp, "bisect", info["nodes"], None, check))
             for tag, xs in runs.items():
+                if tag == "pg_bisect":
+                    xs.sort(key=lambda x: x["wall"])
+                    r[tag] = xs[len(xs) // 2]
+                    r[tag]["walls"] = [x["wall"] for x in xs]
+                    continue
                 xs.sort(key=lambda x: x["wall"])
                 r[tag] = xs[len(xs) // 2]  # the median run (all its figures)
                 r[tag]["walls"] = [x["wall"] for x in xs]
@@ -309,9 +325,6 @@ def main() -> int:
                 r["cores_free"] = (free, cores_free())
                 rows.append((name, info, r))
                 continue
-            print("reduce-bisect", end=" ", flush=True)
-            check = "check.py" if ort_config(name) else "check_default.py"
-            r["pg_bisect"] = run_pg(model, inputs, tmp, "bisect", info["nodes"], None, check)
             if info["nodes"] <= args.linear_max_nodes:
                 print("reduce-linear", end=" ", flush=True)
                 r["pg_linear"] = run_pg(model, inputs, tmp, "linear", info["nodes"], args.linear_timeout, check)
@@ -323,9 +336,9 @@ def main() -> int:
         shutil.rmtree(tmp, ignore_errors=True)
 
     print()
-    print("| model | nodes | tool | wall s | whole-graph builds | subgraph builds | peak MiB | right answer | "
-          "answer nodes | log2 bound (search builds) |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print("| model | nodes | tool | wall s | whole-graph builds | subgraph builds | peak MiB | session MiB | "
+          "right answer | answer nodes | log2 bound (search builds) |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     summary = []
     for name, info, r in rows:
         exp = info["expected"]
@@ -342,8 +355,9 @@ def main() -> int:
             if tag.startswith(("bt", "np")):
                 b = math.ceil(math.log2(max(x["fused"], 2))) + 3
                 bound = f"{b} ({x['search_builds']})"
+            sess_mib = f"{x['session_bytes'] / 2**20:.0f}" if "session_bytes" in x else ""
             print(f"| {name} | {info['nodes']} | {label} | {x['wall']:.2f} | {x['whole']} | {x['sub']} | "
-                  f"{x['peak'] / 2**20:.0f} | {'yes' if ok else 'NO'} ({how}) | {x.get('answer')} | {bound} |")
+                  f"{x['peak'] / 2**20:.0f} | {sess_mib} | {'yes' if ok else 'NO'} ({how}) | {x.get('answer')} | {bound} |")
         pg = r.get("pg_bisect")
         b1 = r.get("bt_w1_k1")
         if b1 is not None:
@@ -379,6 +393,8 @@ def main() -> int:
             for tag in (t for t in r if t.startswith(("bt", "np"))):
                 print(f"  {name} {tag}: wall {[round(w, 2) for w in r[tag]['walls']]}; "
                       f"search {[round(v, 2) for v in r[tag]['search_all']]}")
+            if "pg_bisect" in r:
+                print(f"  {name} debug reduce bisect: wall {[round(w, 2) for w in r['pg_bisect']['walls']]}")
     if dump:
         bt_rate = dump["bytes"] / dump["bt_s"] / 2**20
         np_rate = dump["bytes"] / dump["np_s"] / 2**20

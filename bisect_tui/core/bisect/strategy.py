@@ -367,6 +367,8 @@ class Search(Trials):
                 if not remaining:
                     break
                 if held or confirmed is None:
+                    if held and self.exposed:  # a later round: built beside the rest proof's build
+                        self.prefetch(Candidate("remaining fusions", remaining, held=held))
                     proof = self._rest_proof(culprits, units, saved, level)
                     if proof is not None:
                         result["rest_proven_by"] = {"step": proof.n, "kind": proof.kind, "ratio": proof.ratio,
