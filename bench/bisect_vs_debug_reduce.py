@@ -175,11 +175,50 @@ def write_inputs(model: Path, case: dict, path: Path) -> None:
     np.savez(path, **arrays)
 
 
+def polygraphy_site() -> str | None:
+    """Where polygraphy and onnx-graphsurgeon live when they are not in this venv: a folder made
+    with `pip install --no-deps --target DIR polygraphy onnx-graphsurgeon`, named by
+    $BENCH_POLYGRAPHY_PATH (default /tmp/polyg). Only the peer's subprocesses see it on
+    PYTHONPATH, so bisect-tui's own runs import nothing extra."""
+    d = os.environ.get("BENCH_POLYGRAPHY_PATH", "/tmp/polyg")
+    return d if (Path(d) / "polygraphy").is_dir() else None
+
+
+def polygraphy_env(env: dict | None = None) -> dict:
+    env = dict(os.environ if env is None else env)
+    site = polygraphy_site()
+    if site:
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (site, env.get("PYTHONPATH", "")) if p)
+    return env
+
+
+def polygraphy_cmd() -> list[str]:
+    """The `polygraphy` command: the venv's console script, else the --target folder's."""
+    script = Path(sys.executable).parent / "polygraphy"
+    site = polygraphy_site()
+    if not script.exists() and site:
+        script = Path(site) / "bin" / "polygraphy"
+    return [sys.executable, str(script)]
+
+
+def peer_versions() -> tuple[str, str] | None:
+    """polygraphy's and onnx-graphsurgeon's versions as the peer's subprocesses import them,
+    or None when either is missing."""
+    r = subprocess.run([sys.executable, "-c", "import polygraphy, onnx_graphsurgeon as g; "
+                        "print(polygraphy.__version__, g.__version__)"],
+                       capture_output=True, text=True, env=polygraphy_env())
+    return tuple(r.stdout.split()) if r.returncode == 0 else None
+
+
+INSTALL_HINT = (f"debug reduce needs polygraphy and onnx-graphsurgeon: {sys.executable} -m pip install "
+                "--no-deps --target /tmp/polyg polygraphy onnx-graphsurgeon (or set BENCH_POLYGRAPHY_PATH)")
+
+
 def counted(cmd_kind: str, target: str, args: list[str], tmp: Path, cwd: Path) -> tuple[subprocess.CompletedProcess, float, dict]:
     count_file = tmp / f"sessions_{time.monotonic_ns()}.json"
     # TMPDIR inside our temp dir: polygraphy's shape inference leaves a
     # tmp_polygraphy_*.onnx in the temp dir on every run and never deletes it.
-    env = {**os.environ, "BENCH_SESSION_COUNT": str(count_file), "TMPDIR": str(tmp)}
+    env = {**polygraphy_env(), "BENCH_SESSION_COUNT": str(count_file), "TMPDIR": str(tmp)}
     cmd = [sys.executable, str(tmp / "count_sessions.py"), cmd_kind, target, *args]
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True)
@@ -222,11 +261,11 @@ def run_polygraphy(model: Path, inputs: Path, tmp: Path, k: int) -> dict:
     work = tmp / f"pg_{k}"
     work.mkdir()
     counter = work / "counter.txt"
-    polygraphy = str(Path(sys.executable).parent / "polygraphy")
+    polygraphy = polygraphy_cmd()[1]
     t0 = time.perf_counter()
     prep = subprocess.run([sys.executable, str(tmp / "prep.py"), str(model), str(inputs),
                            str(work / "golden.npz"), str(work / "inputs.json")],
-                          capture_output=True, text=True)
+                          capture_output=True, text=True, env=polygraphy_env())
     prep_s = time.perf_counter() - t0
     if prep.returncode != 0:
         raise SystemExit(f"golden dump failed:\n{prep.stderr[-2000:]}")
@@ -278,20 +317,17 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=3, help="runs per tool and model (median wall time)")
     args = ap.parse_args()
 
-    try:
-        import onnx_graphsurgeon  # noqa: F401
-    except ImportError:
-        print("polygraphy debug reduce needs onnx_graphsurgeon: "
-              f"{sys.executable} -m pip install onnx-graphsurgeon", file=sys.stderr)
+    versions = peer_versions()
+    if versions is None:
+        print(INSTALL_HINT, file=sys.stderr)
         return 2
     import onnx
     import onnxruntime as ort
-    import polygraphy
 
     from bisect_tui import __version__ as bt_version
 
     cases = load_cases()
-    print(f"onnxruntime {ort.__version__}, polygraphy {polygraphy.__version__}, onnx {onnx.__version__}, "
+    print(f"onnxruntime {ort.__version__}, polygraphy {versions[0]}, onnx-graphsurgeon {versions[1]}, onnx {onnx.__version__}, "
           f"bisect-tui {bt_version}, Python {sys.version.split()[0]}, {os.cpu_count()} CPUs")
     print("fused engine: ORT CPU, ORT_ENABLE_ALL + optimization.enable_gelu_approximation=1; "
           "reference: ORT_DISABLE_ALL; tolerance: atol=rtol=1e-4, cosine>=0.99999")

@@ -31,7 +31,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "sample_models"))
 
-from build import Graph, gelu, layernorm, linear  # noqa: E402
+from build import LAYERNORM_PARTS, Graph, gelu, layernorm, linear  # noqa: E402
 
 
 def transformer_stack(n_blocks: int, culprit_block: int, seed: int = 13, seq: int = 8, d: int = 32):
@@ -54,25 +54,13 @@ def transformer_stack(n_blocks: int, culprit_block: int, seed: int = 13, seq: in
 
 
 def layernorm_keepdims0(g: Graph, p: str, x: str, dim: int) -> tuple[str, list[str], list[str]]:
-    """The decomposed LayerNorm with both ReduceMeans at keepdims=0 (issue 30513):
+    """sample_models' decomposed LayerNorm with both ReduceMeans at keepdims=0 (issue 30513):
     on [1, d, d] it broadcasts along the wrong axis but stays a valid graph.
     Returns (output, the nodes LayerNormFusion takes, those SimplifiedLayerNormFusion
     takes once it is disabled)."""
-    gamma = g.const(f"{p}/gamma", 1.0 + 0.1 * g.rng.standard_normal(dim))
-    beta = g.const(f"{p}/beta", 0.1 * g.rng.standard_normal(dim))
-    two = g.const(f"{p}/two", np.float32(2.0))
-    eps = g.const(f"{p}/eps", np.float32(1e-5))
-    mean = g.op("ReduceMean", f"{p}/mean", [x], axes=[-1], keepdims=0)
-    c = g.op("Sub", f"{p}/sub", [x, mean])
-    sq = g.op("Pow", f"{p}/pow", [c, two])
-    var = g.op("ReduceMean", f"{p}/var", [sq], axes=[-1], keepdims=0)
-    ve = g.op("Add", f"{p}/add_eps", [var, eps])
-    sd = g.op("Sqrt", f"{p}/sqrt", [ve])
-    n = g.op("Div", f"{p}/div", [c, sd])
-    s = g.op("Mul", f"{p}/mul_gamma", [n, gamma])
-    y = g.op("Add", f"{p}/add_beta", [s, beta])
-    full = [f"{p}/{k}" for k in ("mean", "sub", "pow", "var", "add_eps", "sqrt", "div", "mul_gamma", "add_beta")]
-    simplified = [f"{p}/{k}" for k in ("pow", "var", "add_eps", "sqrt", "div", "mul_gamma")]
+    y = layernorm(g, p, x, dim, keepdims=0)
+    full = [f"{p}/{k}" for k in LAYERNORM_PARTS]
+    simplified = [f"{p}/{k}" for k in LAYERNORM_PARTS if k not in ("mean", "sub", "add_beta")]
     return y, full, simplified
 
 

@@ -149,6 +149,9 @@ def run_bt(model: Path, inputs: Path, tmp: Path, workers: int, fanout: int, tag:
            "search_builds": search_builds, "search_s": b.get("seconds"),
            "steps": [(s["kind"], s["region"], s["passed"]) for s in b["steps"]],
            "workers_used": sorted({s.get("worker", "main") for s in b["steps"] if not s["cached"]})}
+    # what the session holds on disk (model copy, baseline, engines' optimized graphs, maps, steps):
+    # the data the peak memory is set beside
+    res["session_bytes"] = sum(f.stat().st_size for f in sess.rglob("*") if f.is_file())
     shutil.rmtree(sess, ignore_errors=True)
     return res
 
@@ -163,14 +166,15 @@ def run_pg(model: Path, inputs: Path, tmp: Path, mode: str, n_nodes: int, timeou
     counter = work / "counter.txt"
     t0 = time.perf_counter()
     prep = subprocess.run([sys.executable, str(tmp / "prep.py"), str(model), str(inputs),
-                           str(work / "golden.npz"), str(work / "inputs.json")], capture_output=True, text=True)
+                           str(work / "golden.npz"), str(work / "inputs.json")], capture_output=True, text=True,
+                          env=peer.polygraphy_env())
     prep_s = time.perf_counter() - t0
     if prep.returncode != 0:
         raise SystemExit(f"golden dump failed:\n{prep.stderr[-2000:]}")
-    cmd = [str(Path(sys.executable).parent / "polygraphy"), "debug", "reduce", str(model), "-o", "reduced.onnx",
+    cmd = [*peer.polygraphy_cmd(), "debug", "reduce", str(model), "-o", "reduced.onnx",
            f"--mode={mode}", "--load-inputs", "inputs.json",
            "--check", sys.executable, str(tmp / check), "polygraphy_debug.onnx", "golden.npz", str(counter)]
-    rc, wall, peak, so, se = timed(cmd, work, timeout, env={**os.environ, "TMPDIR": str(work)})
+    rc, wall, peak, so, se = timed(cmd, work, timeout, env={**peer.polygraphy_env(), "TMPDIR": str(work)})
     sizes = [int(x) for x in counter.read_text().split()] if counter.exists() else []
     res = {"wall": prep_s + wall, "whole": 2 * sum(1 for s in sizes if s >= n_nodes),
            "sub": 2 * sum(1 for s in sizes if s < n_nodes), "peak": peak, "timed_out": rc is None,
@@ -249,6 +253,8 @@ def main() -> int:
     ap.add_argument("--no-dump", action="store_true")
     ap.add_argument("--no-peer", action="store_true",
                     help="bisect-tui rows only (no debug reduce): for measuring the workers")
+    ap.add_argument("--peer-repeat", type=int, default=1,
+                    help="run debug reduce in this many of the repeats (after bisect-tui's rows; median)")
     ap.add_argument("--repeat", type=int, default=1,
                     help="run each bisect-tui row this many times and keep the median wall time")
     args = ap.parse_args()
@@ -258,18 +264,14 @@ def main() -> int:
     import compileall
 
     compileall.compile_dir(str(Path(__file__).resolve().parent.parent / "bisect_tui"), quiet=1)
-    try:
-        if not args.no_peer:
-            import onnx_graphsurgeon  # noqa: F401
-    except ImportError:
-        print(f"debug reduce needs onnx_graphsurgeon: {sys.executable} -m pip install onnx-graphsurgeon",
-              file=sys.stderr)
+    versions = None if args.no_peer else peer.peer_versions()
+    if versions is None and not args.no_peer:
+        print(peer.INSTALL_HINT, file=sys.stderr)
         return 2
     import onnxruntime as ort
-    import polygraphy
 
     n = args.workers
-    print(f"onnxruntime {ort.__version__}, polygraphy {polygraphy.__version__}, Python {sys.version.split()[0]}, "
+    print(f"onnxruntime {ort.__version__}, polygraphy {versions[0] if versions else '-'}, Python {sys.version.split()[0]}, "
           f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f} at start")
     tmp = Path(tempfile.mkdtemp(prefix="bench_scale_", dir="/tmp"))
     rows = []
@@ -294,14 +296,25 @@ def main() -> int:
             runs: dict[str, list] = {}
             # the rows take turns (1 worker, N workers, ...) in each repeat, so a change in the
             # shared machine's load falls on all of them alike; each row keeps its median run
-            for _ in range(max(1, args.repeat)):
+            check = "check.py" if ort_config(name) else "check_default.py"
+            for i in range(max(1, args.repeat)):
                 for tag, w, k, pr in (("bt_w1_k1", 1, 1, True), (f"bt_w{n}_k{n}", n, n, True),
                                       (f"np_w1_k{n}", 1, n, False), (f"np_w{n}_k{n}", n, n, False)):
                     if tag not in keep:
                         continue
                     print(tag, end=" ", flush=True)
                     runs.setdefault(tag, []).append(run_bt(model, inputs, tmp, w, k, tag, pr, ort_config(name)))
+                if not args.no_peer and i < args.peer_repeat:
+                    # the peer takes its turn in the same repeat: both tools meet the same load
+                    print("reduce-bisect", end=" ", flush=True)
+                    runs.setdefault("pg_bisect", []).append(
+                        run_pg(model, inputs, tmp, "bisect", info["nodes"], None, check))
             for tag, xs in runs.items():
+                if tag == "pg_bisect":
+                    xs.sort(key=lambda x: x["wall"])
+                    r[tag] = xs[len(xs) // 2]
+                    r[tag]["walls"] = [x["wall"] for x in xs]
+                    continue
                 xs.sort(key=lambda x: x["wall"])
                 r[tag] = xs[len(xs) // 2]  # the median run (all its figures)
                 r[tag]["walls"] = [x["wall"] for x in xs]
@@ -312,9 +325,6 @@ def main() -> int:
                 r["cores_free"] = (free, cores_free())
                 rows.append((name, info, r))
                 continue
-            print("reduce-bisect", end=" ", flush=True)
-            check = "check.py" if ort_config(name) else "check_default.py"
-            r["pg_bisect"] = run_pg(model, inputs, tmp, "bisect", info["nodes"], None, check)
             if info["nodes"] <= args.linear_max_nodes:
                 print("reduce-linear", end=" ", flush=True)
                 r["pg_linear"] = run_pg(model, inputs, tmp, "linear", info["nodes"], args.linear_timeout, check)
@@ -326,9 +336,9 @@ def main() -> int:
         shutil.rmtree(tmp, ignore_errors=True)
 
     print()
-    print("| model | nodes | tool | wall s | whole-graph builds | subgraph builds | peak MiB | right answer | "
-          "answer nodes | log2 bound (search builds) |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print("| model | nodes | tool | wall s | whole-graph builds | subgraph builds | peak MiB | session MiB | "
+          "right answer | answer nodes | log2 bound (search builds) |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     summary = []
     for name, info, r in rows:
         exp = info["expected"]
@@ -345,8 +355,9 @@ def main() -> int:
             if tag.startswith(("bt", "np")):
                 b = math.ceil(math.log2(max(x["fused"], 2))) + 3
                 bound = f"{b} ({x['search_builds']})"
+            sess_mib = f"{x['session_bytes'] / 2**20:.0f}" if "session_bytes" in x else ""
             print(f"| {name} | {info['nodes']} | {label} | {x['wall']:.2f} | {x['whole']} | {x['sub']} | "
-                  f"{x['peak'] / 2**20:.0f} | {'yes' if ok else 'NO'} ({how}) | {x.get('answer')} | {bound} |")
+                  f"{x['peak'] / 2**20:.0f} | {sess_mib} | {'yes' if ok else 'NO'} ({how}) | {x.get('answer')} | {bound} |")
         pg = r.get("pg_bisect")
         b1 = r.get("bt_w1_k1")
         if b1 is not None:
@@ -382,6 +393,8 @@ def main() -> int:
             for tag in (t for t in r if t.startswith(("bt", "np"))):
                 print(f"  {name} {tag}: wall {[round(w, 2) for w in r[tag]['walls']]}; "
                       f"search {[round(v, 2) for v in r[tag]['search_all']]}")
+            if "pg_bisect" in r:
+                print(f"  {name} debug reduce bisect: wall {[round(w, 2) for w in r['pg_bisect']['walls']]}")
     if dump:
         bt_rate = dump["bytes"] / dump["bt_s"] / 2**20
         np_rate = dump["bytes"] / dump["np_s"] / 2**20

@@ -48,7 +48,7 @@ def add_model_options(p: argparse.ArgumentParser) -> None:
                    help="value range for a generated input (ids=0:30000)")
     g.add_argument("--input-value", action="append", default=[], metavar="NAME=VALUE",
                    help="fill an input with one fixed value: a sample rate (sr=16000), a flag (use_cache=false)")
-    g.add_argument("--max-memory", metavar="SIZE", help="memory budget for dumping tensors (e.g. 2G; default: 1/4 of free RAM)")
+    g.add_argument("--max-memory", metavar="SIZE", help="memory budget for dumping tensors and for the search's builds: one beside another only when both fit (e.g. 2G; default: 1/4 of free RAM)")
     g.add_argument("--no-determinism", action="store_true", help="skip the run-twice determinism check")
     g.add_argument("--range", action="append", default=[], metavar="TENSOR=MIN:MAX",
                    help="expected value range of tensors (glob allowed) for the range check")

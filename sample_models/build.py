@@ -152,16 +152,19 @@ def gelu(g: Graph, p: str, x: str) -> tuple[str, list[str]]:
 LAYERNORM_PARTS = ("mean", "sub", "pow", "var", "add_eps", "sqrt", "div", "mul_gamma", "add_beta")
 
 
-def layernorm(g: Graph, p: str, x: str, dim: int, gamma_scale: float = 1.0, eps: float = 1e-5) -> str:
-    """Decomposed LayerNorm over the last axis (what exporters emit)."""
+def layernorm(g: Graph, p: str, x: str, dim: int, gamma_scale: float = 1.0, eps: float = 1e-5,
+              keepdims: int = 1) -> str:
+    """Decomposed LayerNorm over the last axis (what exporters emit). Its nodes are
+    `p`/LAYERNORM_PARTS. `keepdims=0` on both ReduceMeans is ONNX Runtime issue 30513
+    (bench/scale_models.py): on [1, d, d] it broadcasts along the wrong axis."""
     gamma = g.const(f"{p}/gamma", gamma_scale * (1.0 + 0.1 * g.rng.standard_normal(dim)))
     beta = g.const(f"{p}/beta", 0.1 * g.rng.standard_normal(dim))
     two = g.const(f"{p}/two", np.float32(2.0))
     epsc = g.const(f"{p}/eps", np.float32(eps))
-    mean = g.op("ReduceMean", f"{p}/mean", [x], axes=[-1], keepdims=1)
+    mean = g.op("ReduceMean", f"{p}/mean", [x], axes=[-1], keepdims=keepdims)
     c = g.op("Sub", f"{p}/sub", [x, mean])
     sq = g.op("Pow", f"{p}/pow", [c, two])
-    var = g.op("ReduceMean", f"{p}/var", [sq], axes=[-1], keepdims=1)
+    var = g.op("ReduceMean", f"{p}/var", [sq], axes=[-1], keepdims=keepdims)
     ve = g.op("Add", f"{p}/add_eps", [var, epsc])
     sd = g.op("Sqrt", f"{p}/sqrt", [ve])
     n = g.op("Div", f"{p}/div", [c, sd])

@@ -118,4 +118,13 @@ def test_same_answer_as_whole_graph_attribution_and_a_blocked_build_per_round(st
     slow = bisect(stack, tmp_path, "slow")
     assert answer(fast) == answer(slow)
     assert fast["engine_builds"] < slow["engine_builds"]
+    # SimplifiedLayerNormFusion alone: read off culprit 1's subgraph (LayerNormFusionL1 still fuses
+    # it there) in the fast search, built in the slow one, and failing in both
+    alone = {run: [t for t in r["workaround"]["tried"] if t["disabled_optimizers"] == [SIMPLIFIED]][0]
+             for run, r in (("fast", fast), ("slow", slow))}
+    assert alone["fast"]["built"] is False and alone["fast"]["tested_on"] == "subgraph"
+    assert alone["fast"]["culprit_kept"] == fast["culprits"][0]["fused_node"] and alone["fast"]["passed"] is False
+    assert "built" not in alone["slow"] and alone["slow"]["passed"] is False and alone["slow"]["ratio"] > 1
+    assert not [s for s in whole_graph_builds(fast) if s["config"].get("disabled_optimizers") == [SIMPLIFIED]]
+    assert [s for s in whole_graph_builds(slow) if s["config"].get("disabled_optimizers") == [SIMPLIFIED]]
     assert {s["kind"] for s in whole_graph_builds(slow)} >= {"disable LayerNormFusion", "disable LayerNormFusionL2"}

@@ -19,6 +19,11 @@ MB = 1 << 20
 RUN_ALLOWANCE = 64 * MB
 # below this a group's arrays are too small for a trim to give anything back
 RELEASE_AFTER_BYTES = 32 << 20
+# What one whole-graph build adds per node of the model, beside its weights and tensors:
+# an ONNX Runtime session of bench/scale_models.py's stacks grows the process by 7.5 KB a
+# node, and the optimized copy, its fused-node map and the records made of it about as much
+# again (docs/benchmarks.md section 4)
+BUILD_BYTES_PER_NODE = 16 << 10
 
 
 def memory_budget_warning(max_memory: int, floor: int, needed: int, largest: int) -> str:
@@ -83,6 +88,19 @@ def activation_budget(max_memory: int, weight_bytes: int, sizes: dict, copies: i
     floor = process_floor()
     largest = max((v for v in sizes.values() if v), default=0)
     return max(max_memory - floor - RUN_ALLOWANCE - copies * weight_bytes - 2 * largest, 1)
+
+
+def build_footprint(nodes: int, weight_bytes: int, activation_bytes: int) -> int:
+    """The most one whole-graph build of the search holds while it builds and runs: the
+    weights twice (the marked copy of the model and the engine's), what the engine keeps
+    per node, and every activation, since "all fusions blocked" makes each one a graph
+    output that lives until the run returns (`activation_bytes`: the baseline's bytes)."""
+    return RUN_ALLOWANCE + 2 * weight_bytes + BUILD_BYTES_PER_NODE * nodes + activation_bytes
+
+
+def builds_that_fit(max_memory: int, held: int, footprint: int) -> int:
+    """How many such builds may run at once beside the `held` bytes within `max_memory`."""
+    return max(0, (max_memory - held) // max(footprint, 1))
 
 
 def _libc_trim():

@@ -113,3 +113,63 @@ def attribute_on_subgraph(bisector, units: list[Unit], tests: Optional[dict]) ->
                      "tested_on": "whole graph" if name in proofs else "subgraph"})
     return {"tags": sorted({t for u in units for t in u.optimizers}), "candidates": rows, "confirmed": names,
             "group_test": None, "how": HOW, "subgraph_builds": tests[""][0]}
+
+
+def culprit_kept(bisector, groups: list[list[Unit]], name: str) -> Optional[dict]:
+    """Why the full engine with only `name` disabled keeps a culprit, found on that
+    culprit's subgraph instead of a whole-graph build (the workaround's test of one pass
+    alone, attribution.find_workaround): a culprit of this search, not made by `name`,
+    whose subgraph stands for the whole graph (its tagged passes were tested there: it
+    makes exactly the culprit's fused node) and, built with `name` disabled, still makes
+    it; and which is further from float64 than the unfused FP32 ops in isolation. None
+    where any of that is not on record: the whole graph is built as before."""
+    if not hasattr(bisector, "t"):
+        return None
+    memo = vars(bisector.t).setdefault("culprit_kept", {})  # asked by the prefetch and the workaround
+    if name not in memo:
+        memo[name] = _culprit_kept(bisector, groups, name)
+    return memo[name]
+
+
+def culprits_of_search(bisector) -> list[list[Unit]]:
+    """The culprits a search has attributed at its own config (its Findings), as units."""
+    findings = getattr(bisector, "findings", None)
+    if findings is None or not hasattr(findings, "_attr"):
+        return []
+    try:
+        units, _ = bisector.units_at(bisector.config.level)
+    except RuntimeError:
+        return []
+    by_idx = {u.index: u for u in units}
+    cfg_key = findings._key([], bisector.config)[0]
+    return [[by_idx[i] for i in idx] for (c, idx) in findings._attr if c == cfg_key and all(i in by_idx for i in idx)]
+
+
+def _culprit_kept(bisector, groups: list[list[Unit]], name: str) -> Optional[dict]:
+    findings = getattr(bisector, "findings", None)
+    tested = vars(bisector.t).get("pass_tests", {})
+    if findings is None or not hasattr(findings, "_iso"):
+        return None
+    cfg = bisector.config
+    for k, group in enumerate(groups):
+        if len(group) != 1:
+            continue
+        key = findings._key(group, cfg)
+        iso, tests = findings._iso.get(key), tested.get(key)
+        made = findings.made(group, cfg) or {}
+        if not iso or not iso.get("subgraph") or not tests or name in (made.get("confirmed") or [name]):
+            continue
+        worse = [o.get("fused_worse") for o in (iso.get("outputs") or {}).values() if "fused_worse" in o]
+        if not worse or not all(worse):
+            continue  # not shown to be a real culprit in isolation
+        unit = group[0]
+        fused = _subgraph_map(bisector.engine, Path(iso["subgraph"]), cfg.with_disabled([name]))
+        if fused is None or not still_there(fused, unit):
+            continue
+        bisector.subgraph_builds += 1
+        return {"culprit_kept": unit.fused_node, "original_nodes": list(unit.original_nodes),
+                "made_by": made.get("confirmed"), "tested_on": "subgraph",
+                "summary": (f"not built: with {name} disabled the engine still makes culprit "
+                            f"{unit.fused_node} ({unit.op_type}) on its subgraph, which stands for the whole "
+                            f"graph, and that fused node alone breaks the tolerance")}
+    return None

@@ -196,10 +196,22 @@ def _confirm(bisector, units: list[Unit], cands: list[str], known) -> tuple[list
 
 def find_workaround(bisector, culprits: list[list[Unit]], attributions: list[dict]) -> dict:
     """Smallest set of disabled passes with which the full engine passes."""
+    # a search's hook (trials.Trials.culprit_kept_for): a pass alone that leaves a culprit in place
+    culprit_kept = getattr(bisector, "culprit_kept_for", None) or (lambda groups, name: None)
     tried = []
+    kept: dict[str, Optional[dict]] = {}
 
     def test(names: list[str]):
         cfg = bisector.config.with_disabled(names)
+        if len(names) == 1 and hasattr(bisector, "has_step") and not bisector.has_step(cfg):
+            # one pass alone that leaves another culprit in place (its subgraph says so):
+            # it cannot pass, so the whole graph is not built for it (attribute_subgraph.py)
+            if names[0] not in kept:
+                kept[names[0]] = culprit_kept(culprits, names[0])
+            if kept[names[0]] is not None:
+                tried.append({DISABLED_KEY: sorted(names), "passed": False, "ratio": None, "max_abs": None,
+                              "fused_nodes": None, "built": False, **kept[names[0]]})
+                return None
         step = bisector.evaluate("workaround", None, cfg)
         tried.append({DISABLED_KEY: sorted(names), "passed": step.passed,
                       "ratio": step.ratio, "max_abs": step.max_abs,
@@ -210,15 +222,16 @@ def find_workaround(bisector, culprits: list[list[Unit]], attributions: list[dic
     passing = []
     for name in confirmed:
         s = test([name])
-        if s.passed:
+        if s is not None and s.passed:
             passing.append(([name], s))
     if not passing and len(confirmed) > 1:
         names = list(confirmed)
         s = test(names)
-        if s.passed:
+        if s is not None and s.passed:
             for n in list(names):  # shrink greedily
                 trial = [x for x in names if x != n]
-                if trial and test(trial).passed:
+                t = test(trial) if trial else None
+                if t is not None and t.passed:
                     names = trial
             passing.append((names, None))
     if passing:

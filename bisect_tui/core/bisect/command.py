@@ -140,6 +140,9 @@ def run_bisect_command(args, opts) -> int:
     if devices:
         # this process builds on the first device; it must see only that one before any engine loads
         os.environ["CUDA_VISIBLE_DEVICES"] = devices[0]
+    from bisect_tui.core.bisect.limits import precheck_build_memory
+
+    precheck_build_memory(opts)  # a --max-memory below one whole-graph build: refused before the dump
     triage = Triage(opts, progress)  # loads no engine yet: its factory is for the workers
     pool = start_pool(triage.engine_factory, workers, ray,
                       now=bool(ray) or fanout > 1 or (asked or 1) > 1 or bool(devices), devices=devices)

@@ -32,10 +32,14 @@ def _key(config: EngineConfig, marks) -> tuple:
 
 
 def _may_start(triage) -> bool:
-    """Builds beside other work (Triage.may_build_beside), and a session without
-    search steps yet."""
+    """Builds beside other work (Triage.may_build_beside), room for two whole-graph
+    builds in the memory budget, and a session without search steps yet."""
     if triage.session is None or triage.inputs is None or not triage.may_build_beside():
         return False
+    from bisect_tui.core.bisect.limits import builds_beside_fit
+
+    if not builds_beside_fit(triage):
+        return False  # two whole-graph builds at once would not fit in --max-memory
     steps = triage.session.bisect_dir / "steps.jsonl"
     return not (steps.exists() and steps.stat().st_size)  # a resumed search has its steps on record
 

@@ -149,7 +149,7 @@ class Workaround:
 
     def with_best_effort(self, full_engine_ratio: Optional[float], why: str) -> "Workaround":
         """The tried setting that came closest to passing, when none passed."""
-        tried = [t for t in self.tried if t.get(DISABLED_KEY)]
+        tried = [t for t in self.tried if t.get(DISABLED_KEY) and t.get("ratio") is not None]  # built ones
         if self.kind is not None or not tried:
             return self
         best = min(tried, key=lambda t: t["ratio"])

@@ -51,7 +51,7 @@ class BuildScheduler:
                  engine_dir: Callable[[EngineConfig], Path] = lambda config: Path("."),
                  concurrent: bool = False, fanout: int = 1,
                  early: Callable[[EngineConfig, tuple], Optional[Future]] = no_early_build,
-                 context=None):
+                 context=None, beside: Callable[[], bool] = lambda: True):
         self.pool = pool
         self.context = context  # api.BuildContext of every whole-graph build, no callbacks
         self.outputs = tuple(outputs)
@@ -60,6 +60,8 @@ class BuildScheduler:
         self.concurrent = concurrent
         self.fanout = fanout
         self.early = early
+        # whether one more build fits in memory beside the one running (core/bisect/limits.py)
+        self.beside = beside
         self._prefetched: dict[str, Future] = {}  # step key -> Future of [BuildResult]
 
     @property
@@ -76,8 +78,10 @@ class BuildScheduler:
     def can_prefetch(self) -> bool:
         """A build beside the search's work: an engine with concurrent builds, and
         rounds of one build each (with more, the rounds spread builds over the
-        workers already); not on Ray, whose actors build away from this process."""
-        return self.concurrent and self.fanout == 1 and getattr(self.pool, "kind", None) in ("serial", "processes")
+        workers already); not on Ray, whose actors build away from this process; and
+        only while a second build fits in the memory budget (`beside`)."""
+        return (self.concurrent and self.fanout == 1 and getattr(self.pool, "kind", None) in ("serial", "processes")
+                and self.beside())
 
     def prefetching(self, key: str) -> bool:
         return key in self._prefetched

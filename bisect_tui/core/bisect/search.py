@@ -50,12 +50,15 @@ class Bisector(Search):
         self.dir.mkdir(parents=True, exist_ok=True)
         caps = self.engine.capabilities
         config = config or triage.opts.config
+        from bisect_tui.core.bisect.limits import builds_beside_fit, check_build_memory
+
+        check_build_memory(triage)  # --max-memory below one whole-graph build: refused here, in one line
         store = StepStore(self.session, lambda text: triage.progress(Progress("bisect", text)))
         scheduler = BuildScheduler(
             self.pool, outputs=tuple(triage.info.outputs), marking_blocks=caps is None or caps.marking_blocks,
             engine_dir=self.engine_dir, concurrent=bool(getattr(caps, "concurrent_builds", False)),
             fanout=max(1, int(fanout)), early=lambda cfg, marks: early.take(triage, cfg, marks),
-            context=triage.build_context(callbacks=False))
+            context=triage.build_context(callbacks=False), beside=lambda: builds_beside_fit(triage))
         self.judge = OutputJudge.for_triage(triage)
         # the config is not in it: each step's key has its own, so a build two fixpoint
         # rounds both ask for (one round's attribution, the next round's full engine) is one

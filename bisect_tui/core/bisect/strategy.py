@@ -247,6 +247,8 @@ class Search(Trials):
         cfg = self.config.with_level(level)
         for g in culprits:
             for name in (self.findings.made(g, cfg) or {}).get("confirmed", []):
+                if self.workaround_kept(name):
+                    continue  # the workaround reads it off a culprit's subgraph (attribute_subgraph.py)
                 c = self.workaround_base.with_disabled([name])
                 self.prefetch(Candidate("workaround", None, c))
 
@@ -373,6 +375,8 @@ class Search(Trials):
                 if not remaining:
                     break
                 if held or confirmed is None:
+                    if held and self.exposed:  # a later round: built beside the rest proof's build
+                        self.prefetch(Candidate("remaining fusions", remaining, held=held))
                     proof = self._rest_proof(culprits, units, saved, level)
                     if proof is not None:
                         result["rest_proven_by"] = {"step": proof.n, "kind": proof.kind, "ratio": proof.ratio,

@@ -31,11 +31,23 @@ import onnx
 from onnx import helper
 
 from bisect_tui.core.baseline_store import load_tensor, reference_output
-from bisect_tui.core.bisect.isolate import extract_subgraph, value_types
+from bisect_tui.core.bisect.isolate import extract_subgraph, value_types as _value_types
 from bisect_tui.core.bisect.units import Unit
 from bisect_tui.core.graph import node_inputs
 from bisect_tui.core.errors import EngineBuildError, EnvironmentFault, UserError
 from bisect_tui.core.external_data import write_beside
+
+
+def value_types(t) -> dict[str, tuple[str, list[int]]]:
+    """isolate.value_types, read once per baseline: each suspect asks twice (its subgraph,
+    its downstream run), each fixpoint round again, and at 21,000 tensors it is a walk of
+    the whole manifest. Read-only for every caller."""
+    memo = vars(t).setdefault("_value_types", {})
+    key = (t.baseline.manifest.get("key"), id(t.inputs))
+    if key not in memo:
+        memo.clear()
+        memo[key] = _value_types(t)
+    return memo[key]
 
 
 def downstream_model(model: onnx.ModelProto, unit: Unit,

@@ -337,10 +337,33 @@ class Trials:
         if check_map and check_map[0] == check["optimized_model"] and check_map[1] == self.config:
             self._maps[key] = (check_map[2], check_map[0])  # the check's map, in memory: not read back
 
+    def has_step(self, config: EngineConfig) -> bool:
+        """The unmarked build of `config` is on record or being built (no new build)."""
+        key = self.plan(Candidate("workaround", None, config)).key
+        return bool(self.store.done(key) or self.store.recorded(key) or self.scheduler.prefetching(key))
+
+    def culprit_kept_for(self, groups: list, name: str) -> Optional[dict]:
+        """attribute_subgraph.culprit_kept for this search (find_workaround asks)."""
+        from bisect_tui.core.bisect.attribute_subgraph import culprit_kept
+
+        return culprit_kept(self, groups, name)
+
+    def workaround_kept(self, name: str) -> bool:
+        """The user's engine with only `name` disabled keeps a culprit of the first round
+        (attribute_subgraph.culprit_kept): the workaround will not build it, so a later
+        round does not prefetch it either."""
+        from bisect_tui.core.bisect.attribute_subgraph import culprit_kept, culprits_of_search
+
+        first = getattr(self, "_earlier", None)
+        if first is None:
+            return False
+        return culprit_kept(first, culprits_of_search(first), name) is not None
+
     def follow(self, earlier: "Trials") -> None:
         """This search is the next fixpoint round of `earlier`: one store of verdicts and
         one set of maps for both, so a build either round made is not made again (the
         steps of each stay its own)."""
+        self._earlier = getattr(earlier, "_earlier", None) or earlier
         self.store.records = earlier.store.records
         self.scheduler = earlier.scheduler  # a build prefetched in this round for the next (the workaround's)
         self._maps = earlier._maps
