@@ -235,6 +235,9 @@ def test_an_engine_that_never_builds_is_not_blamed_on_a_kernel(tmp_path):
     assert "node 'det' (Det)" in b["explanation"]
     assert "differs without fusion" not in out and "differs without fusion" not in md
     assert "cannot build or run this model" in md
+    # a step whose engine failed shows that, not the 1e300 placeholder of its ratio
+    assert "FAIL build error" in out and "| build error |" in md
+    assert "e+300" not in out and "e+300" not in md
 
 
 def test_named_in_error_maps_nodes_tensors_and_fused_names():

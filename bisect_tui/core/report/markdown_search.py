@@ -92,7 +92,8 @@ def bisect_markdown(s: dict, base: Optional[Path] = None) -> str:
             parts += [*details(f"{len(p['seeds'])} seeds", seeds, fold=len(p["seeds"]) > LONG_TABLE_ROWS), ""]
     steps = steps_section(b)
     rows = [table(list(steps.table.headers), [
-        [n, _t(kind), _t(region), marks, builds, fmt(ratio), fmt(max_abs), "pass" if passed else "FAIL"]
+        [n, _t(kind), _t(region), marks, builds, ratio if isinstance(ratio, str) else fmt(ratio),
+         "" if max_abs is None else fmt(max_abs), "pass" if passed else "FAIL"]
         for n, kind, region, marks, builds, ratio, max_abs, passed in steps.table.rows])]
     parts += [f"### {steps.title}", *details(f"{len(steps.table.rows)} steps", rows,
                                             fold=len(steps.table.rows) > LONG_TABLE_ROWS), ""]

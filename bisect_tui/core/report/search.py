@@ -142,11 +142,24 @@ def step_ratio(st: dict) -> float:
     return e
 
 
+ENGINE_FAILED = {"build_error": "build error", "run_error": "run error"}
+
+
+def step_failure(st: dict) -> Optional[str]:
+    """"build error" / "run error" for a step whose engine failed: it has no
+    error to show (its ratio is a 1e300 placeholder that sorts it last)."""
+    return ENGINE_FAILED.get(st.get("error_kind") or "")
+
+
+def step_ratio_text(st: dict) -> str:
+    return step_failure(st) or f"x{fmt(step_ratio(st))}"
+
+
 def steps_section(b: dict) -> Section:
     return Section("Steps", table=Table(
         ("step", "kind", "region", "marked", "builds", "x tolerance", "max abs", "verdict"),
-        tuple((st["n"], st["kind"], st["region"], st["marks"], st["builds"], step_ratio(st), st["max_abs"],
-               st["passed"]) for st in b["steps"])))
+        tuple((st["n"], st["kind"], st["region"], st["marks"], st["builds"], step_failure(st) or step_ratio(st),
+               None if step_failure(st) else st["max_abs"], st["passed"]) for st in b["steps"])))
 
 
 def local_rows(lj: dict) -> list[dict]:

@@ -8,7 +8,7 @@ from bisect_tui.core.report.advice import arbiter_all_too_tight, next_step
 from bisect_tui.core.report.framework import framework_lines
 from bisect_tui.core.report.search import (
     culprit_lines, evidence_lines, local_rows, precision_lines, region_lines, searched_text, workaround_line,
-    step_ratio, workaround_section,
+    step_ratio, step_ratio_text, workaround_section,
 )
 from bisect_tui.core.report.sections import (
     arbiter_lines, baseline_section, engine_section, output_line, outputs_section, precision_used_line,
@@ -98,7 +98,7 @@ def bisect_text(s: dict) -> str:
         lines.append(f"  {b['untrusted_steps']} saved step(s) failed their digest check and were recomputed")
     for st in b["steps"]:
         lines.append(f"  {st['n']:>3} {term(st['kind'])[:30]:<30} {term(st['region'])[:32]:<32} "
-                     f"{'pass' if st['passed'] else 'FAIL'} x{fmt(step_ratio(st))}")
+                     f"{'pass' if st['passed'] else 'FAIL'} {step_ratio_text(st)}")
     rp = b.get("rest_proven_by")
     if rp:
         lines.append(f"  the other fusions pass together: shown by step {rp['step']} ({term(rp['kind'])}, "

@@ -10,7 +10,7 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, ProgressBar, Static
 
-from bisect_tui.core.report.search import step_ratio
+from bisect_tui.core.report.search import step_failure, step_ratio
 from bisect_tui.tui.format import ratio, short
 from bisect_tui.tui.widgets.common import StatusLine, WhyPanel
 from bisect_tui.tui.widgets.culprit import CulpritPanel
@@ -35,6 +35,10 @@ def columns_for(width: int) -> list[tuple[str, str]]:
     return [c for c in COLUMNS if not (c[0] == "marks" and width < NARROW)]
 
 
+# the ratio column is 8 cells wide at 80x24
+SHORT_FAILURE = {"build error": "no build", "run error": "run fail"}
+
+
 def step_row(st: dict, kind_w: int = 14, region_w: int = 16, keys=None) -> list[Text]:
     """One row; the kind is never cut when it fits (`disable GeluFusionL2` vs
     `disable GeluApproximation`: which one passes is the evidence)."""
@@ -42,7 +46,7 @@ def step_row(st: dict, kind_w: int = 14, region_w: int = 16, keys=None) -> list[
     if st.get("cached"):
         verdict += " ↺"
     cells = {"n": st["n"], "kind": short(st["kind"], kind_w), "region": short(st["region"], region_w),
-             "marks": st["marks"], "builds": st["builds"], "ratio": ratio(step_ratio(st)), "verdict": verdict}
+             "marks": st["marks"], "builds": st["builds"], "ratio": SHORT_FAILURE.get(step_failure(st) or "") or ratio(step_ratio(st)), "verdict": verdict}
     return [Text(str(cells[k])) for k in (keys or [c[0] for c in COLUMNS])]
 
 
