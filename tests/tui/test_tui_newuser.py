@@ -114,7 +114,9 @@ async def test_evidence_readable_footer_focus_and_found(gelu, size):
         await pilot.press("b")
         await wait_idle(pilot, 120)
         assert isinstance(app.screen, BisectionScreen)
-        assert "q Quit" in footer_line(app) and "? Help" in footer_line(app)
+        # the pushed screen's footer is painted on a later refresh: polled, not sampled once
+        await wait_for(pilot, lambda: "q Quit" in footer_line(app) and "? Help" in footer_line(app),
+                       what="the bisection screen's footer")
         assert "state: ✔ found the culprit" in screen_text(app)
         table = app.screen.query_one("#bis-steps", DataTable)
         kinds = [str(table.get_row_at(i)[1]) for i in range(table.row_count)]
