@@ -39,7 +39,7 @@ async def wait_idle(pilot, timeout: float = 60.0) -> None:
         if not app.is_running:
             raise AssertionError(f"the app stopped while work was expected (crashed?); return code {app.return_code}")
         if not app.busy and not [w for w in app.workers if w.group == "engine" and w.is_running]:
-            await pilot.pause(0.05)
+            await pilot.pause()  # the messages already posted are handled: a follow-up step would set busy
             if not app.busy:
                 return
     raise AssertionError(f"app still busy ({app.busy}) after {timeout}s; status: {app.status_text}")
