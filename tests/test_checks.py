@@ -146,3 +146,20 @@ def test_the_second_run_makes_only_references_of_this_tool():
         with pytest.raises(UserError, match="not a reference of this tool"):
             load_reference(bad)
     assert "bisect_tuix" not in sys.modules
+
+
+def test_second_run_is_planned_for_a_fresh_process_not_this_one(tiny_model, tmp_path, monkeypatch):
+    """An app that has grown to its whole --max-memory (the test suite's own process
+    passed 1 GB on CI) still plans the second run in one group: that run is a fresh
+    process. The baseline, dumped here, is what this process's size constrains."""
+    from bisect_tui.core import memory
+    from bisect_tui.core.checks import determinism_plan
+
+    t = _run(tiny_model, tmp_path, max_memory=512 << 20)
+    tensors = [e["tensor"] for e in t.baseline.manifest["tensors"]]
+    assert determinism_plan(t.info, t.shapes, tensors, 512 << 20) == [tensors]
+    monkeypatch.setattr(memory, "process_floor", lambda: 600 << 20)  # this process: over the budget
+    assert memory.activation_budget(512 << 20, 0, {}) == 1  # here: one tensor per group
+    assert determinism_plan(t.info, t.shapes, tensors, 512 << 20) == [tensors]
+    det = t.run_determinism()
+    assert det["deterministic"] is True and det["tensors_compared"] == len(tensors)

@@ -18,7 +18,7 @@ from bisect_tui.core.cancel import CancelToken, ProgressFn, no_progress
 from bisect_tui.core.errors import UserError
 from bisect_tui.core.groups import model_sizes, open_session, plan_groups
 from bisect_tui.core.inputs import InputSet
-from bisect_tui.core.memory import activation_budget, weight_copies
+from bisect_tui.core.memory import FRESH_PROCESS_FLOOR, activation_budget, weight_copies
 from bisect_tui.core.model import ModelInfo
 from bisect_tui.core.second_run import SecondRun
 from bisect_tui.core.session import Session, now_iso
@@ -30,10 +30,13 @@ if TYPE_CHECKING:
 
 def determinism_plan(info: ModelInfo, shapes: dict[str, list[int]], tensors: list[str],
                      max_memory: int) -> list[list[str]]:
-    """The second run's groups: the same memory budget as the baseline's."""
+    """The second run's groups: the baseline's memory budget, in the fresh process
+    that runs them. This process's own size does not count: an app that had grown
+    past `max_memory` planned one tensor per group there (2,404 fresh sessions, 4
+    minutes on a 2-core machine, instead of one group and a second)."""
     sizes, _ = model_sizes(info, shapes)
     return plan_groups(tensors, sizes, activation_budget(max_memory, info.initializer_bytes, sizes,
-                                                         weight_copies(info)))
+                                                         weight_copies(info), floor=FRESH_PROCESS_FLOOR))
 
 
 def check_determinism(

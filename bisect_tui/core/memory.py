@@ -24,6 +24,9 @@ RELEASE_AFTER_BYTES = 32 << 20
 # node, and the optimized copy, its fused-node map and the records made of it about as much
 # again (docs/benchmarks.md section 4)
 BUILD_BYTES_PER_NODE = 16 << 10
+# What a fresh second-run process holds before its first group (the interpreter, numpy, onnx,
+# the reference's library warmed up): 66 MB measured with ONNX Runtime; room for heavier ones
+FRESH_PROCESS_FLOOR = 160 * MB
 
 
 def memory_budget_warning(max_memory: int, floor: int, needed: int, largest: int) -> str:
@@ -76,7 +79,8 @@ def weight_copies(info) -> int:
     return 1 if getattr(info, "external", None) else 2
 
 
-def activation_budget(max_memory: int, weight_bytes: int, sizes: dict, copies: int = 2) -> int:
+def activation_budget(max_memory: int, weight_bytes: int, sizes: dict, copies: int = 2,
+                      floor: "int | None" = None) -> int:
     """How many bytes of marked tensors one group may hold so that the whole
     process stays near `max_memory`.
 
@@ -84,8 +88,10 @@ def activation_budget(max_memory: int, weight_bytes: int, sizes: dict, copies: i
     numpy, inputs), the weights `copies` times (our model proto and the session's
     copy; the session's alone with external data: `weight_copies`), and two of
     the largest tensors (the allocator keeps freed blocks around and the session
-    still holds unmarked intermediates while a group runs)."""
-    floor = process_floor()
+    still holds unmarked intermediates while a group runs). `floor`: what the
+    process running the groups holds before them, this one's RSS by default; the
+    second run is a fresh process (FRESH_PROCESS_FLOOR), whatever this one has grown to."""
+    floor = process_floor() if floor is None else floor
     largest = max((v for v in sizes.values() if v), default=0)
     return max(max_memory - floor - RUN_ALLOWANCE - copies * weight_bytes - 2 * largest, 1)
 

@@ -16,7 +16,7 @@ from bisect_tui.core.tolerance import parse_tolerance
 from bisect_tui.tui.app import make_app
 from bisect_tui.tui.screens.checklist import ChecklistScreen
 from bisect_tui.tui.screens.settings import SettingsScreen
-from tui_helpers import screen_text, wait_for
+from tui_helpers import BUDGET, screen_text, wait_for
 
 pytest.importorskip("openvino")
 
@@ -24,7 +24,7 @@ pytest.importorskip("openvino")
 async def test_openvino_settings_rows_come_from_its_declaration(workdir, samples):
     shutil.copy(samples / "ov_rmsnorm.onnx", workdir / "ov_rmsnorm.onnx")
     opts = TriageOptions(model=Path("ov_rmsnorm.onnx"), session_dir=Path("sess"), engine="openvino",
-                         max_memory=1 << 30, tolerance=parse_tolerance("fp32"))
+                         max_memory=BUDGET, tolerance=parse_tolerance("fp32"))
     app = make_app(opts)
     async with app.run_test(size=(80, 30)) as pilot:
         await pilot.pause()
@@ -54,7 +54,7 @@ async def test_openvino_bisection_in_the_app(workdir, samples):
 
     shutil.copy(samples / "ov_rmsnorm.onnx", workdir / "ov_rmsnorm.onnx")
     opts = TriageOptions(model=Path("ov_rmsnorm.onnx"), session_dir=Path("sess"), engine="openvino",
-                         max_memory=1 << 30, tolerance=parse_tolerance("fp32"))
+                         max_memory=BUDGET, tolerance=parse_tolerance("fp32"))
     app = make_app(opts)
     async with app.run_test(size=(100, 30)) as pilot:
         await pilot.press("a")

@@ -13,13 +13,13 @@ from bisect_tui.core.resume import options_from_session
 from bisect_tui.core.tolerance import parse_tolerance
 from bisect_tui.tui.app import make_app
 from fake_engine import FakeEngine, save_two_linear
-from tui_helpers import wait_for, wait_idle
+from tui_helpers import BUDGET, wait_for, wait_idle
 
 
 async def test_cancel_held_at_a_chosen_step_then_resume(workdir):
     fused = save_two_linear(workdir / "two_linear.onnx")
     sess = workdir / "sess"
-    opts = TriageOptions(model=Path("two_linear.onnx"), session_dir=Path("sess"), max_memory=1 << 30,
+    opts = TriageOptions(model=Path("two_linear.onnx"), session_dir=Path("sess"), max_memory=BUDGET,
                          tolerance=parse_tolerance("fp32"))
     engine = FakeEngine(fused, {"Gemm_2": 0.5}, hold_at=3)  # build 1: the check; 2-3: the search
     app = make_app(opts, engine=engine)

@@ -21,7 +21,7 @@ from bisect_tui.tui.screens.settings import SettingsScreen
 from bisect_tui.tui.widgets.common import StepList, WhyPanel
 from bisect_tui.tui.widgets.errorprofile import ErrorProfileChart
 from newuser_models import vad_like
-from tui_helpers import Terminal, screen_text, wait_for, wait_idle
+from tui_helpers import BUDGET, Terminal, screen_text, wait_for, wait_idle
 
 SIZES = [(80, 24), (120, 40)]
 IDS = ["80x24", "120x40"]
@@ -38,7 +38,7 @@ def prompt(app, step: str) -> str:
 @pytest.mark.parametrize("size", SIZES, ids=IDS)
 async def test_a_model_with_dynamic_inputs_runs_from_the_settings_form(workdir, size):
     model = vad_like(workdir / "vad.onnx")
-    app = make_app(TriageOptions(model=Path("vad.onnx"), max_memory=1 << 30))
+    app = make_app(TriageOptions(model=Path("vad.onnx"), max_memory=BUDGET))
     async with app.run_test(size=size) as pilot:
         await pilot.pause()
         await pilot.press("r")

@@ -19,12 +19,12 @@ from bisect_tui.core.tolerance import parse_tolerance
 from bisect_tui.api import EngineConfig
 from bisect_tui.tui.app import make_app
 from bisect_tui.tui.widgets.culprit import CulpritPanel
-from tui_helpers import gelu_options, screen_text, wait_idle
+from tui_helpers import BUDGET, gelu_options, screen_text, wait_idle
 
 
 def fp16_options(workdir: Path, samples: Path, model: str, tolerance: str) -> TriageOptions:
     shutil.copy(samples / model, workdir / model)
-    return TriageOptions(model=Path(model), session_dir=Path("sess"), max_memory=1 << 30,
+    return TriageOptions(model=Path(model), session_dir=Path("sess"), max_memory=BUDGET,
                          tolerance=parse_tolerance(tolerance), config=EngineConfig(precision="fp16"))
 
 
