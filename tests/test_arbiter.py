@@ -23,7 +23,7 @@ GELU = (("optimization.enable_gelu_approximation", "1"),)
 
 
 def run(samples: Path, tmp: Path, tol, config=()) -> Triage:
-    t = Triage(TriageOptions(model=samples / "transformer_block.onnx", session_dir=tmp, max_memory=1 << 30,
+    t = Triage(TriageOptions(model=samples / "transformer_block.onnx", session_dir=tmp, max_memory=4 << 30,
                              tolerance=tol, config=EngineConfig(config_entries=config)))
     t.run_all()
     return t
@@ -131,7 +131,7 @@ def test_the_second_process_computes_the_same_truth(samples, tmp_path, monkeypat
     assert t.determinism["overlapped"] and len(asked) == 1 and asked[0].truth_outputs == list(t.info.outputs)
     assert not Path(asked[0].truth_path).exists()  # read, then removed
     here = Triage(TriageOptions(model=samples / "transformer_block.onnx", session_dir=tmp_path / "here",
-                                max_memory=1 << 30, tolerance=parse_tolerance("fp32"),
+                                max_memory=4 << 30, tolerance=parse_tolerance("fp32"),
                                 config=EngineConfig(config_entries=GELU), check_determinism=False))
     here.run_all()
     assert _arbiter_numbers(t.arbiter)["outputs"] == _arbiter_numbers(here.arbiter)["outputs"]

@@ -105,7 +105,7 @@ def test_the_evaluator_is_wrong_on_paddle_batchnorm_and_the_check_falls_back():
 
 
 def _check(path, session, determinism: bool) -> Triage:
-    t = Triage(TriageOptions(model=path, session_dir=session, max_memory=1 << 30, tolerance=parse_tolerance("fp32"),
+    t = Triage(TriageOptions(model=path, session_dir=session, max_memory=4 << 30, tolerance=parse_tolerance("fp32"),
                              config=EngineConfig(), check_determinism=determinism))
     t.run_all()
     return t
@@ -141,7 +141,7 @@ def test_the_arbiter_on_a_paddle_batchnorm_model_end_to_end(tmp_path):
 def test_a_right_evaluator_keeps_the_old_verdicts(samples, tmp_path):
     tight = parse_tolerance("fp32", atol=1e-9, rtol=0.0)
     t = Triage(TriageOptions(model=samples / "transformer_block.onnx", session_dir=tmp_path / "s",
-                             max_memory=1 << 30, tolerance=tight, config=EngineConfig()))
+                             max_memory=4 << 30, tolerance=tight, config=EngineConfig()))
     t.run_all()
     s = t.summary()
     rc = s["arbiter"]["reference_check"]

@@ -34,7 +34,7 @@ def spec(factory: str, exporter: str = "auto") -> dict:
 
 def triage(tmp: Path, factory: str, exporter: str = "auto", **kw) -> Triage:
     t = Triage(TriageOptions(model=None, session_dir=tmp / factory, torch=spec(factory, exporter),
-                             max_memory=1 << 30, **kw))
+                             max_memory=4 << 30, **kw))
     t.run_all()
     return t
 
