@@ -39,10 +39,32 @@ def compare_many(
     take = [i for i, (r, t) in enumerate(pairs)
             if r.shape == t.shape and r.dtype.kind == "f" and t.dtype.kind == "f"
             and 0 < r.size <= MANY_MAX_ELEMENTS]
-    if not take:
-        return out
     with np.errstate(over="ignore", invalid="ignore"):  # the pairs that overflow are left out below
-        return _compare_many(pairs, take, out, rel_floor, allclose)
+        for batch in _batches(pairs, take):
+            _compare_many(pairs, batch, out, rel_floor, allclose)
+    return out
+
+
+# Elements of one pass: it makes ~20 float64 temporaries of its size. The probe of a
+# 21,000-node model with [1, 72, 72] activations compared 7,000 pairs (72M elements) in
+# one pass and peaked at 7.5 GB under --max-memory 2G; per 2M elements a pass holds
+# ~330 MB whatever the graph, with the same figures (each pair is its own segment).
+BATCH_ELEMENTS = 1 << 21
+
+
+def _batches(pairs, take: list[int]):
+    """`take` cut into runs of at most BATCH_ELEMENTS elements (each pair whole)."""
+    run: list[int] = []
+    used = 0
+    for i in take:
+        n = pairs[i][0].size
+        if run and used + n > BATCH_ELEMENTS:
+            yield run
+            run, used = [], 0
+        run.append(i)
+        used += n
+    if run:
+        yield run
 
 
 def _compare_many(pairs, take, out, rel_floor, allclose):
@@ -106,4 +128,3 @@ def _compare_many(pairs, take, out, rel_floor, allclose):
                      allclose_fail_count=int(ac_fail[j]), allclose_fail_share=int(ac_fail[j]) / n,
                      allclose_worst_excess=float(ac_excess[j]), allclose_max_ratio=float(ac_ratio[j]))
         out[i] = m
-    return out
