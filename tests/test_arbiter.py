@@ -17,6 +17,7 @@ from bisect_tui.core.reference import Float64Reference
 from bisect_tui.engines.ort.unfused import OrtUnfused
 from bisect_tui.core.report import arbiter_markdown, check_markdown, check_text
 from bisect_tui.core.tolerance import parse_tolerance
+from bisect_tui.core.triage.records import ArbiterResult
 from bisect_tui.api import EngineConfig
 
 GELU = (("optimization.enable_gelu_approximation", "1"),)
@@ -108,7 +109,7 @@ def test_rule_factor_and_floor():
 def test_markdown_escapes_output_names():
     d = arbitrate({"a|b`*": np.ones((1, 2))}, {"a|b`*": np.ones((1, 2), np.float32)},
                   {"a|b`*": np.ones((1, 2), np.float32)}, "fp32", "src <x>", {"a|b`*": True}).to_dict()
-    md = "\n".join(arbiter_markdown(d))
+    md = "\n".join(arbiter_markdown(ArbiterResult.from_json(d)))
     # a code span one backtick longer than the name's, the pipe escaped for the table cell
     assert "| ``a\\|b`*`` |" in md
     assert "src &lt;x&gt;" in md and "<x>" not in md

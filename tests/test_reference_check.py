@@ -21,6 +21,7 @@ from bisect_tui.core.pipeline import Triage, TriageOptions
 from bisect_tui.core.reference import Float64Reference, float64_outputs
 from bisect_tui.core.report import arbiter_markdown, check_text
 from bisect_tui.core.threads import cores
+from bisect_tui.core.triage.records import ArbiterResult, Summary
 from bisect_tui.core.tolerance import parse_tolerance
 from bisect_tui.engines.ort.unfused import OrtUnfused, make_session
 
@@ -197,15 +198,17 @@ def test_no_fallback_agrees_marks_the_truth_unreliable_and_gives_no_verdict():
     o = arb["outputs"]["y"]
     assert o["verdict"] == "unverified" and not o["not_worse"] and not o["too_tight"] and not arb["all_not_worse"]
     assert "reference unreliable at op y (GlobalAveragePool, node cancel)" in o["summary"]
-    summary = {"verdict": "fail", "failing_outputs": ["y"], "arbiter": arb}
+    summary = Summary.from_json({"verdict": "fail", "exit_code": 1, "model": {}, "session": "", "inputs": {},
+                                 "tolerance": {}, "baseline": {}, "engine": "ort", "failing_outputs": ["y"],
+                                 "arbiter": arb})
     from bisect_tui.core.report.advice import next_step
 
     assert "loosen" not in (next_step(summary) or "")
-    md = "\n".join(arbiter_markdown(arb))
+    md = "\n".join(arbiter_markdown(summary.arbiter))
     assert "no verdict (truth unverified)" in md and "reference unreliable at op y" in md
     from bisect_tui.core.report.sections import arbiter_lines
 
-    text = "\n".join(arbiter_lines(arb))
+    text = "\n".join(arbiter_lines(summary.arbiter))
     assert "[no verdict] y:" in text and "no not-worse verdict on an unverified truth" in text
     assert "loosen" not in text
 
@@ -234,7 +237,8 @@ def test_the_printed_ratio_names_the_floor():
     assert "the FP32 floor" in a.verdict_text() and f"{a.floor:.3g}" in a.verdict_text()
     from bisect_tui.core.report.sections import arbiter_lines
 
-    line = next(x for x in arbiter_lines(arbitrate({"y": truth}, {"y": exact}, {"y": fused}, "fp32", "t").to_dict())
+    arb = ArbiterResult.from_json(arbitrate({"y": truth}, {"y": exact}, {"y": fused}, "fp32", "t").to_dict())
+    line = next(x for x in arbiter_lines(arb)
                 if x.strip().startswith("["))
     assert "x the FP32 floor" in line and "which the baseline is below" in line
     # no floor: the ratio is fused/baseline as printed

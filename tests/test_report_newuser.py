@@ -138,6 +138,7 @@ def test_both_renderers_show_the_same_sections(samples, tmp_path, capsys):
     """The text and the Markdown render one section model: the same outputs with the same
     verdicts, the baseline as its manifest says it ran, the engine's own settings lines."""
     from bisect_tui.core.report import check_text, outputs_section
+    from bisect_tui.core.report.sections import summary_of
 
     sess = tmp_path / "s"
     code, _, err = run(["check", samples / "transformer_block.onnx", "--session", sess, *GELU,
@@ -145,7 +146,7 @@ def test_both_renderers_show_the_same_sections(samples, tmp_path, capsys):
     assert code == 1, err
     s = json.loads((tmp_path / "r.json").read_text())
     text, md = check_text(s), check_markdown(s, base=tmp_path)
-    rows = outputs_section(s).table.rows
+    rows = outputs_section(summary_of(s).check).table.rows
     assert [r[0] for r in rows] == list(s["outputs"]) == ["mlp/residual:0"]
     for name, passed, *_ in rows:
         word = "PASS" if passed else "FAIL"

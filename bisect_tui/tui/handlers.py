@@ -56,12 +56,12 @@ class StateHandlers:
             st.manifest = p["manifest"]
             st.baseline_reused = p["reused"]
         elif m.step == "determinism":
-            st.determinism = p["determinism"]
+            st.determinism = m.record
         elif m.step == "range_check":
-            st.range_check = p["range_check"]
+            st.range_check = m.record
         elif m.step == "fused":
-            st.fused = p["fused"]
-            st.summary = p["summary"]
+            st.fused = m.record
+            st.summary = m.summary
             st.options_dirty = False
             if st.states["settings"] not in FINAL:
                 st.set("settings", "passed")
@@ -125,23 +125,23 @@ class StateHandlers:
     def on_bisect_step(self, m: msg.BisectStep) -> None:
         b = self.state.bisect
         b.steps.append(m.step)
-        b.builds = max(b.builds, int(m.step.get("builds", 0)))
+        b.builds = max(b.builds, int(m.step.builds))
         self.notify_screens("bisect_step")
 
     def on_bisect_finished(self, m: msg.BisectFinished) -> None:
         st = self.state
         r = m.result
-        st.bisect = BisectView(status="finished", steps=list(r.get("steps", [])),
-                               builds=int(r.get("engine_builds", 0)),
-                               total=int(r.get("engine_builds", 0)), result=r)
+        st.bisect = BisectView(status="finished", steps=list(r.steps), builds=int(r.engine_builds),
+                               total=int(r.engine_builds), result=r)
         if m.summary:
             st.summary = m.summary
-        st.set("bisect", bisect_state(r["verdict"]))
-        if r["culprits"]:
-            names = "; ".join(f"{c['op_type']} from {', '.join(c['optimizers']) or '?'}" for c in r["culprits"])
-            text = f"bisection found {len(r['culprits'])} culprit(s): {names}"
+        verdict = r.final_verdict
+        st.set("bisect", bisect_state(verdict))
+        if r.culprits:
+            names = "; ".join(f"{c.op_type} from {', '.join(c.optimizers) or '?'}" for c in r.culprits)
+            text = f"bisection found {len(r.culprits)} culprit(s): {names}"
         else:
-            text = f"bisection: {BISECT_VERDICT.get(r['verdict'], r['verdict'])}"
+            text = f"bisection: {BISECT_VERDICT.get(verdict, verdict)}"
         if m.loaded:
             text = "session reopened; " + text
         self.set_status(text + "  (e exports the report)", refresh=False)

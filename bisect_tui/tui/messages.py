@@ -4,13 +4,21 @@ The worker threads never touch widgets: they post these (``post_message`` is
 thread-safe) and the UI thread renders them. Progress is coalesced: a pending
 ``EngineProgress`` is dropped when a newer one of the same stage is queued
 right behind it, so a flood of progress never backs up the UI.
+
+The results travel as the core's frozen records (a snapshot the worker no
+longer changes), never as JSON: the UI thread reads their attributes.
 """
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any, Optional, Union
 
 from textual.message import Message
+
+from bisect_tui.core.bisect.records import BisectResult, Step
+from bisect_tui.core.triage.records import CheckResult, DeterminismResult, RangeCheck, Summary
+
+StepRecord = Union[DeterminismResult, RangeCheck, CheckResult]
 
 
 class EngineProgress(Message):
@@ -36,13 +44,20 @@ class StepStarted(Message):
 
 
 class StepFinished(Message):
-    """A checklist step finished: its state and what the core returned."""
+    """A checklist step finished: its state and what the core returned.
 
-    def __init__(self, step: str, state: str, payload: dict[str, Any]) -> None:
+    `record`: the check's record (determinism, range_check, fused), with the
+    summary after the comparison; `payload`: what the inputs and baseline steps
+    describe (the model, the inputs, the dump's manifest), which have no record."""
+
+    def __init__(self, step: str, state: str, payload: Optional[dict[str, Any]] = None,
+                 record: Optional[StepRecord] = None, summary: Optional[Summary] = None) -> None:
         super().__init__()
         self.step = step
         self.state = state
-        self.payload = payload
+        self.payload = payload or {}
+        self.record = record
+        self.summary = summary
 
 
 class StepStopped(Message):
@@ -59,13 +74,13 @@ class StepStopped(Message):
 class BisectStep(Message):
     """One step of the search (never coalesced: every row of the table matters)."""
 
-    def __init__(self, step: dict) -> None:
+    def __init__(self, step: Step) -> None:
         super().__init__()
         self.step = step
 
 
 class BisectFinished(Message):
-    def __init__(self, result: dict, summary: Optional[dict], loaded: bool = False) -> None:
+    def __init__(self, result: BisectResult, summary: Optional[Summary], loaded: bool = False) -> None:
         super().__init__()
         self.result = result
         self.summary = summary

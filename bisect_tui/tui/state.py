@@ -1,7 +1,13 @@
-"""What the app knows about the triage it shows: plain data, owned by the UI thread.
+"""What the app knows about the triage it shows, owned by the UI thread.
 
-Workers post messages; the app's handlers update this state; screens render
-from it. Nothing here runs engine work.
+Workers post messages carrying the core's frozen records (CheckResult,
+Summary, Step, BisectResult, ...); the handlers put them here as they came,
+and screens render from their attributes. A record the UI thread holds is a
+snapshot (a frozen dataclass; the dicts inside it are read, never written):
+the worker's later results replace it whole, so nothing changes under a screen
+that is painting. JSON is made only where the app writes files. The model's
+description (`info`, `inputs`) and the dump's `manifest` have no record yet.
+Nothing here runs engine work.
 """
 
 from __future__ import annotations
@@ -10,7 +16,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
+from bisect_tui.core.bisect.records import BisectResult, Step
 from bisect_tui.core.pipeline import CHECK_STEPS, TriageOptions
+from bisect_tui.core.triage.records import CheckResult, DeterminismResult, RangeCheck, Summary
 from bisect_tui.tui.texts import STEP_IDS
 
 ENGINE_STEPS = CHECK_STEPS  # the checklist order, declared once in core/triage/steps.py
@@ -20,11 +28,11 @@ FINAL = ("passed", "failed", "skipped", "found", "unclear")
 @dataclass
 class BisectView:
     status: str = "idle"  # idle | running | cancelled | finished | interrupted | error
-    steps: list[dict] = field(default_factory=list)
+    steps: list[Step] = field(default_factory=list)
     builds: int = 0
     total: int = 0
     stage_text: str = ""
-    result: Optional[dict] = None
+    result: Optional[BisectResult] = None
     recorded: int = 0  # steps already in bisect/steps.jsonl when interrupted
     error: str = ""
 
@@ -32,8 +40,8 @@ class BisectView:
     def candidate(self) -> str:
         """The region the search is narrowing: the last failing step's region."""
         for st in reversed(self.steps):
-            if not st.get("passed") and st.get("kind") not in ("workaround",):
-                return st.get("region", "")
+            if not st.passed and st.kind != "workaround":
+                return st.region
         return ""
 
 
@@ -48,10 +56,10 @@ class TriageState:
     live: dict[str, dict] = field(default_factory=dict)  # stage -> last progress
     manifest: Optional[dict] = None
     baseline_reused: bool = False
-    determinism: Optional[dict] = None
-    range_check: Optional[dict] = None
-    fused: Optional[dict] = None
-    summary: Optional[dict] = None
+    determinism: Optional[DeterminismResult] = None
+    range_check: Optional[RangeCheck] = None
+    fused: Optional[CheckResult] = None
+    summary: Optional[Summary] = None
     bisect: BisectView = field(default_factory=BisectView)
     exported: dict[str, str] = field(default_factory=dict)
     markdown: Optional[str] = None

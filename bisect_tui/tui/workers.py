@@ -16,6 +16,7 @@ from typing import Optional
 from textual import work
 from textual.worker import get_current_worker
 
+from bisect_tui.core.bisect.records import BisectResult, Step
 from bisect_tui.core.cancel import CancelToken, Progress
 from bisect_tui.core.errors import Cancelled, UserError
 from bisect_tui.core.pipeline import Triage
@@ -42,7 +43,7 @@ class EngineWorkers:
         data = dict(p.data or {})
         step = data.pop("step", None)
         if p.stage == "bisect" and step is not None:
-            self.post_message(BisectStep(dict(step)))
+            self.post_message(BisectStep(step if isinstance(step, Step) else Step.from_json(step)))
         self.post_message(EngineProgress(p.stage, p.message, p.done, p.total, data))
 
     def _arm(self, t: Triage) -> None:
@@ -55,6 +56,8 @@ class EngineWorkers:
         for step in plan:
             cur[0] = step
             self.post_message(StepStarted(step))
+            record = summary = None
+            payload: dict = {}
             if step == "inputs":
                 t.prepare()
                 payload = {"info": info_payload(t.info),
@@ -66,28 +69,28 @@ class EngineWorkers:
                 payload = {"manifest": res.manifest, "reused": res.reused}
                 state = "passed"
             elif step == "determinism":
-                d = t.run_determinism()
-                payload = {"determinism": d}
-                state = "skipped" if d.get("skipped") else ("passed" if d["deterministic"] else "failed")
+                t.run_determinism()
+                record = t.determinism_result
+                state = "skipped" if record.skipped else ("passed" if record.deterministic else "failed")
             elif step == "range_check":
-                rc = t.run_range_check()
-                payload = {"range_check": rc}
-                state = "passed" if rc["ok"] else "failed"
+                t.run_range_check()
+                record = t.range_result
+                state = "passed" if record.ok else "failed"
             elif step == "fused":
                 t.run_framework()  # PyTorch models only: golden data and the export cross-check
-                f = t.run_fused()
+                t.run_fused()
                 t.run_arbiter()
-                payload = {"fused": f, "summary": t.summary()}
-                state = "passed" if f["passed"] else "failed"
+                record, summary = t.check, t.summary_record()
+                state = "passed" if record.passed else "failed"
             else:  # pragma: no cover - plans only hold engine steps
                 continue
-            self.post_message(StepFinished(step, state, payload))
-            if stop_on_bad and step == "determinism" and t.determinism.get("deterministic") is False:
+            self.post_message(StepFinished(step, state, payload, record, summary))
+            if stop_on_bad and step == "determinism" and record.deterministic is False:
                 self.post_message(StepStopped(None, "halt", "stopped: the baseline is not deterministic: "
-                                              + (t.determinism.get("advice") or "fix it first")))
+                                              + (record.advice or "fix it first")))
                 return True
-            if stop_on_bad and step == "range_check" and t.range_check["nan_inf"]:
-                origin = t.range_check.get("nan_inf_origin")
+            if stop_on_bad and step == "range_check" and record.nan_inf:
+                origin = record.nan_inf_origin
                 self.post_message(StepStopped(None, "halt", "stopped: NaN/Inf in the baseline: "
                                               + (origin["advice"] if origin else "fix the model or inputs first")))
                 return True
@@ -126,8 +129,8 @@ class EngineWorkers:
                 from bisect_tui.core.bisect.run import run_bisection
 
                 cur[0] = "bisect"
-                result = run_bisection(t, max_builds=self.max_builds)
-                self.post_message(BisectFinished(result, t.summary()))
+                result = run_bisection(t, max_builds=self.max_builds)  # its JSON, as written to the session
+                self.post_message(BisectFinished(BisectResult.from_json(result), t.summary_record()))
         except Cancelled:
             outcome = "cancelled"
             self.post_message(StepStopped(cur[0], "cancelled", "cancelled"))
@@ -149,10 +152,11 @@ class EngineWorkers:
         try:
             self._arm(t)
             self._run_plan(t, plan, False, cur)
-            if bisect_state in ("passed", "failed") and t.fused is not None:
+            if bisect_state in ("passed", "failed") and t.check is not None:
                 result = t.session.read_json("bisect/result.json")
                 if result:
-                    self.post_message(BisectFinished(result, t.summary(), loaded=True))
+                    self.post_message(BisectFinished(BisectResult.from_json(result), t.summary_record(),
+                                                     loaded=True))
             elif bisect_state in ("running", "cancelled"):
                 path = t.session.bisect_dir / "steps.jsonl"
                 n = len(path.read_text(encoding="utf-8").splitlines()) if path.exists() else 0
@@ -170,7 +174,7 @@ class EngineWorkers:
             self.post_message(WorkDone("restore", outcome))
 
     @work(thread=True, exclusive=True, group="engine", exit_on_error=False)
-    def _export_worker(self, result: Optional[dict], copy: bool) -> None:
+    def _export_worker(self, result: Optional[BisectResult], copy: bool) -> None:
         outcome = "done"
         t = self.triage
         try:
@@ -185,15 +189,16 @@ class EngineWorkers:
         finally:
             self.post_message(WorkDone("export", outcome))
 
-    def write_outputs(self, t: Triage, result: Optional[dict]) -> tuple[dict, str]:
+    def write_outputs(self, t: Triage, result: Optional[BisectResult]) -> tuple[dict, str]:
         """The session's report.md/json, plots and bundle, plus `tui --json/--report`
-        copies: the same files the CLI writes. Safe to call from a worker thread."""
+        copies: the same files the CLI writes, from the same JSON (the record's, made
+        here: the files are the edge). Safe to call from a worker thread."""
         from bisect_tui.core import atomic
         from bisect_tui.core.bisect.command import export_session, public_json, write_report_copy
 
         from bisect_tui.core.report.model_explorer import write_model_explorer
 
-        full, md, paths = export_session(t, t.summary(), result)
+        full, md, paths = export_session(t, t.summary(), result.to_json() if result is not None else None)
         paths["model-explorer.json"] = str(write_model_explorer(t.session.root))
         if self.output_json:
             atomic.write_json(self.output_json, public_json(full))
@@ -201,7 +206,7 @@ class EngineWorkers:
         if self.output_report:
             write_report_copy(full, self.output_report)
             paths["--report"] = str(self.output_report)
-        self._outputs_written_for = (id(t.fused), id(result))
+        self._outputs_written_for = (id(t.check), id(result))
         return paths, md
 
     def save_value_plot(self, output: Optional[str]) -> None:
@@ -211,7 +216,7 @@ class EngineWorkers:
             self.set_status("nothing to plot yet: run the comparison first (a runs every check)", error=True)
             return
         self.set_status(f"drawing the value histograms of {output}...")
-        self._plot_worker(output, dict(st.fused["outputs"][output]), Path(st.session_root) / "plots")
+        self._plot_worker(output, st.fused.outputs[output].to_json(), Path(st.session_root) / "plots")
 
     @work(thread=True, group="plot", exit_on_error=False)
     def _plot_worker(self, output: str, o: dict, folder: Path) -> None:
@@ -233,10 +238,10 @@ class EngineWorkers:
         if not (self.output_json or self.output_report) or self.busy:
             return
         t, st = self.triage, self.state
-        if t is None or t.fused is None or st is None:
+        if t is None or t.check is None or st is None:
             return
         result = st.bisect.result
-        if self._outputs_written_for == (id(t.fused), id(result)):
+        if self._outputs_written_for == (id(t.check), id(result)):
             return
         try:
             self.write_outputs(t, result)

@@ -59,9 +59,9 @@ async def test_cancel_then_resume(workdir):
             await pilot.press("r")
             await wait_idle(pilot)
             result = app2.state.bisect.result
-            assert result["verdict"] == "culprits"
-            assert result["culprits"][0]["original_nodes"] == DEEP_NODES
-            assert result["reused_steps"] > 0
+            assert result.final_verdict == "culprits"
+            assert result.culprits[0].original_nodes == DEEP_NODES
+            assert result.search["reused_steps"] > 0
             table = app2.screen.query_one("#bis-steps", DataTable)
             assert any("↺" in str(table.get_row_at(i)[-1]) for i in range(table.row_count))
 
@@ -72,7 +72,7 @@ async def test_cancel_then_resume(workdir):
         await pilot.pause()
         assert isinstance(app3.screen, BisectionScreen)
         assert app3.state.bisect.status == "finished"
-        assert app3.state.bisect.result["culprits"][0]["original_nodes"] == DEEP_NODES
+        assert app3.state.bisect.result.culprits[0].original_nodes == DEEP_NODES
         assert "session reopened" in app3.status_text
         await pilot.press("h")
         await pilot.pause()

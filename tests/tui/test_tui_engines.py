@@ -64,6 +64,6 @@ async def test_openvino_bisection_in_the_app(workdir, samples):
         await wait_idle(pilot)
         assert isinstance(app.screen, BisectionScreen)
         result = app.state.bisect.result
-        assert [c["original_nodes"] for c in result["culprits"]] == [["norm/reduce", "norm/add_eps", "norm/sqrt"]]
+        assert [c.original_nodes for c in result.culprits] == [["norm/reduce", "norm/add_eps", "norm/sqrt"]]
         panel = str(app.screen.query_one(CulpritPanel).render())
         assert "Reduce" in panel and "norm/add_eps" in panel and "--ov-mark norm/reduce:0" in panel

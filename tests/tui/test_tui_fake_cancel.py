@@ -48,5 +48,5 @@ async def test_cancel_held_at_a_chosen_step_then_resume(workdir):
         await pilot.press("r")
         await wait_idle(pilot)
         result = app2.state.bisect.result
-        assert [c["original_nodes"] for c in result["culprits"]] == [["l2/matmul", "l2/bias"]]
-        assert result["reused_steps"] >= n_before
+        assert [c.original_nodes for c in result.culprits] == [["l2/matmul", "l2/bias"]]
+        assert result.search["reused_steps"] >= n_before

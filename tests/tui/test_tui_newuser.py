@@ -121,14 +121,14 @@ async def test_evidence_readable_footer_focus_and_found(gelu, size):
         table = app.screen.query_one("#bis-steps", DataTable)
         kinds = [str(table.get_row_at(i)[1]) for i in range(table.row_count)]
         # full pass names: which `disable ...` passes is the evidence
-        assert kinds == [s["kind"] for s in app.state.bisect.result["steps"]]
+        assert kinds == [s.kind for s in app.state.bisect.result.steps]
         assert any(k.startswith("disable Gelu") for k in kinds)
         await pilot.press("f")  # the steps with every column on the whole screen
         await pilot.pause()
         assert isinstance(app.screen, FullScreenTable)
         full = app.screen.query_one("#fs-table", DataTable)
         assert [str(c.label) for c in full.columns.values()][3] == "marked"  # every column, scrollable
-        assert full.row_count == len(app.state.bisect.result["steps"])
+        assert full.row_count == len(app.state.bisect.result.steps)
         await pilot.press("escape")
         await pilot.pause()
         app.screen.query_one("#bis-side").focus()

@@ -51,7 +51,7 @@ def test_not_a_fusion_shows_its_evidence(snap_compare, workdir, samples):
         await pilot.press(*["down"] * 8)  # the pane scrolled to its evidence and the export line
         await pilot.pause(0.2)
         text = panel_text(app)
-        assert app.state.bisect.result["verdict"] == "not_fusion"
+        assert app.state.bisect.result.final_verdict == "not_fusion"
         assert "The evidence below shows where the error starts" in text
         # the FP16 probe sees the tensors inside the graph: the first one out of FP32's tolerance, not the output
         assert "Where the error starts\nevidence: the first tensor out of tolerance is blk0/bias:0" in text
@@ -67,8 +67,8 @@ def test_keep_set_result_is_shown(snap_compare, workdir, samples):
     async def run(pilot):
         await bisect_then_culprit_full_screen(pilot)
         text = panel_text(app)
-        p = app.state.bisect.result["precision"]
-        assert p["passed"] and sorted(p["keep_fp32"]) == ["side/gain", "side/matmul"]
+        p = app.state.bisect.result.precision
+        assert p.passed and sorted(p.keep_fp32) == ["side/gain", "side/matmul"]
         assert "Keep-set: nodes to keep in FP32\nkeep-set: keep 2 of" in text
         assert "node_block_list=['side/matmul', 'side/gain']" in text
         assert "e: export report + repro bundle" in text  # ORT adds its keep-set repro
@@ -115,7 +115,7 @@ async def test_passing_model_counts_its_fused_nodes(workdir):
         await pilot.press("b")
         await wait_idle(pilot, 300)
         await pilot.pause(0.2)
-        n = len(app.state.fused["fused_nodes"])
+        n = len(app.state.fused.fused_nodes)
         assert n == 7
         text = panel_text(app)
         assert f"the full engine passes with all {n} of its fused nodes" in text and "over 0" not in text
@@ -169,6 +169,6 @@ async def test_after_the_search_the_comparison_no_longer_says_to_bisect(workdir,
         await wait_idle(pilot, 300)
         await pilot.press("h")
         await pilot.pause(0.3)
-        assert app.state.bisect.result["verdict"] == "not_fusion"
+        assert app.state.bisect.result.final_verdict == "not_fusion"
         assert "press b to bisect" not in pane()
         assert "break tolerance; bisected: the error is not caused by a fusion" in pane()

@@ -46,17 +46,17 @@ async def test_full_wizard_80x24(gelu, workdir):
         await wait_idle(pilot)
         assert isinstance(app.screen, BisectionScreen)
         result = app.state.bisect.result
-        assert result["verdict"] == "culprits"
-        (culprit,) = result["culprits"]
-        assert culprit["op_type"] == "FastGelu"
-        assert culprit["original_nodes"] == EXPECTED_NODES
-        assert "GeluApproximation" in culprit["optimizers"]
+        assert result.final_verdict == "culprits"
+        (culprit,) = result.culprits
+        assert culprit.op_type == "FastGelu"
+        assert culprit.original_nodes == EXPECTED_NODES
+        assert "GeluApproximation" in culprit.optimizers
         panel = str(app.screen.query_one(CulpritPanel).render())
         assert "Culprit 1: FastGelu" in panel
         assert "mlp/gelu/div" in panel and "mlp/gelu/mul_half" in panel
         assert "float64 truth" in panel and "Workaround: disable GeluApproximation" in panel
         steps = app.screen.query_one("#bis-steps", DataTable)
-        assert steps.row_count == len(result["steps"]) >= 4
+        assert steps.row_count == len(result.steps) >= 4
         assert "✔ found the culprit" in screen_text(app)  # a search that found it is not "failed"
 
         await pilot.press("e")
@@ -131,7 +131,7 @@ async def test_step_by_step_wide_120x40(gelu, workdir):
 
         await pilot.press("b")
         await wait_idle(pilot)
-        assert app.state.bisect.result["culprits"][0]["original_nodes"] == EXPECTED_NODES
+        assert app.state.bisect.result.culprits[0].original_nodes == EXPECTED_NODES
         text = screen_text(app)
         assert "culprit: FastGelu" in text and "mlp/gelu/mul_half" in text
 

@@ -254,6 +254,10 @@ class BisectResult:
     probe_agrees: Optional[bool] = None
     verdict: Optional[str] = None  # None: the search's
     stopped_reason: Optional[str] = None  # set when the search gave none
+    # the key order of the JSON this record was read from: the search's own keys
+    # (`culprits`, `steps`, ...) sit among the record's there, and a result read
+    # back (the app's restore, its export) is written again byte for byte
+    json_order: tuple[str, ...] = field(default=(), compare=False, repr=False)
 
     @property
     def final_verdict(self) -> str:
@@ -284,6 +288,8 @@ class BisectResult:
         if self.stopped_reason:
             d.setdefault("stopped_reason", self.stopped_reason)
         d["verdict"] = self.final_verdict
+        if self.json_order:
+            d = {**{k: d[k] for k in self.json_order if k in d}, **d}
         return d
 
     _OWN = ("probe_agrees", "culprits", "layers", "workaround", "precision", "steps", "engine_builds",
@@ -302,5 +308,5 @@ class BisectResult:
             engine_builds=d.get("engine_builds", 0), subgraph_builds=d.get("subgraph_builds", 0),
             parallel=dict(d.get("parallel", {})), untrusted_steps=d.get("untrusted_steps", 0),
             finished=d.get("finished", ""), tolerance=dict(d.get("tolerance", {})),
-            probe_agrees=d.get("probe_agrees"),
+            probe_agrees=d.get("probe_agrees"), json_order=tuple(d),
         )

@@ -8,6 +8,7 @@ from typing import Optional
 from bisect_tui.core.escape import term
 from bisect_tui.core.report.sections import Section, Table
 from bisect_tui.core.report.words import cos_text, fmt, size_text, tolerance_text
+from bisect_tui.core.triage.records import FrameworkResult
 
 
 def coverage_text(cov: dict) -> str:
@@ -16,21 +17,21 @@ def coverage_text(cov: dict) -> str:
             f"{cov['unmapped']} output(s) unmapped")
 
 
-def framework_section(fw: dict | None) -> Optional[Section]:
-    if not fw:
+def framework_section(fw: Optional[FrameworkResult]) -> Optional[Section]:
+    if fw is None:
         return None
-    ex, g, cc = fw["export"], fw["golden"], fw["crosscheck"]
+    ex, g, cc = fw.export, fw.golden, fw.crosscheck
     runs = ("bit-identical over two runs" if g["deterministic"] else f"{len(g['differing'])} differ between two runs")
     return Section("PyTorch model and its export", table=Table(
         ("pitfall", "state", "what was seen", "what to do"),
-        tuple((p["title"], p["state"], p["detail"], p["why"], p["what_to_do"]) for p in fw["pitfalls"])),
-        data={"spec": fw["spec"], "export": ex, "golden": g, "runs": runs, "crosscheck": cc,
+        tuple((p["title"], p["state"], p["detail"], p["why"], p["what_to_do"]) for p in fw.pitfalls)),
+        data={"spec": fw.spec, "export": ex, "golden": g, "runs": runs, "crosscheck": cc,
               "coverage": coverage_text(cc["coverage"]),
               "unmapped": [(r["modules"], r["why"]) for r in cc["coverage"]["unmapped_reasons"].values()],
               "mismatches": [m for m in cc["matches"] if m["passed"] is False][:20]})
 
 
-def framework_lines(fw: dict | None) -> list[str]:
+def framework_lines(fw: Optional[FrameworkResult]) -> list[str]:
     """Terminal lines for the torch front end; model names pass through term()."""
     sec = framework_section(fw)
     if sec is None:

@@ -11,8 +11,9 @@ from bisect_tui.core.escape import md, md_code
 from bisect_tui.core.report.framework import framework_section
 from bisect_tui.core.report.mdtools import LONG_TABLE_ROWS, code_cell as _c, details, fenced, image, table, text as _t
 from bisect_tui.core.report.sections import (
-    arbiter_section, baseline_section, engine_section, outputs_section, ratio_words, shared_section
+    arbiter_section, baseline_section, engine_section, outputs_section, ratio_words, shared_section, summary_of
 )
+from bisect_tui.core.triage.records import ArbiterResult, FrameworkResult, Summary
 from bisect_tui.core.report.words import (
     cos_text, fmt, sensitivity_text, shown_path, size_text, tolerance_text, verdict_text
 )
@@ -20,10 +21,10 @@ from bisect_tui.core.report.words import (
 MAX_TABLE_ROWS = 300  # longer tables say how many rows are left and where they are
 
 
-def environment_md(s: dict) -> str:
+def environment_md(s: Summary) -> str:
     """Every library report.json's versions name (the engine adds its own, e.g.
     its version and build), then the machine's counts."""
-    v = s.get("versions", {})
+    v = s.versions or {}
     lines = [f"- {k}: {_t(v[k])}" for k in v if isinstance(v[k], str)]
     machine = [f"{v['cpu_count']} CPU(s)" if v.get("cpu_count") else "",
                f"{size_text(v['memory_bytes'])} memory" if v.get("memory_bytes") else ""]
@@ -32,7 +33,7 @@ def environment_md(s: dict) -> str:
     return "\n".join(lines)
 
 
-def arbiter_markdown(arb: dict | None) -> list[str]:
+def arbiter_markdown(arb: Optional[ArbiterResult]) -> list[str]:
     sec = arbiter_section(arb)
     if sec is None:
         return []
@@ -56,7 +57,7 @@ def arbiter_markdown(arb: dict | None) -> list[str]:
     ]
 
 
-def framework_markdown(fw: dict | None) -> list[str]:
+def framework_markdown(fw: Optional[FrameworkResult]) -> list[str]:
     sec = framework_section(fw)
     if sec is None:
         return []
@@ -120,7 +121,7 @@ def _input_lines(inp: dict) -> list[str]:
     return out
 
 
-def _baseline_md(s: dict) -> list[str]:
+def _baseline_md(s: Summary) -> list[str]:
     sec = baseline_section(s)
     d = sec.data
     return [
@@ -132,13 +133,14 @@ def _baseline_md(s: dict) -> list[str]:
     ]
 
 
-def _engine_md(s: dict) -> list[str]:
-    sec = engine_section(s)
+def _engine_md(s: Summary) -> list[str]:
+    c = s.check
+    sec = engine_section(c)
     d = sec.data
     entries = ", ".join(md_code(f"{k}={v}") for k, v in d["entries"]) or "none"
     disabled = ", ".join(md_code(n) for n in d["disabled"]) or "none"
     settings = sec.table.rows
-    outputs = outputs_section(s).table
+    outputs = outputs_section(c).table
     return [
         f"## {sec.title}",
         f"engine {md_code(d['engine'])}, level {md_code(d['level'])}, precision {md_code(d['precision'])}; "
@@ -146,8 +148,8 @@ def _engine_md(s: dict) -> list[str]:
         "",
         *[f"- {md(str(k))}: {md(str(v))}" for k, v in settings],
         *([""] if settings else []),
-        *_engine_error_md(s.get("engine_error"), s),
-        *([] if s.get("engine_error") and not outputs.rows else [table(list(outputs.headers[:-1]),
+        *_engine_error_md(c.error, s),
+        *([] if c.error and not outputs.rows else [table(list(outputs.headers[:-1]),
               [[_t(n), "PASS" if passed else "FAIL", fmt(max_abs), fmt(mean_abs), fmt(max_rel), cos_text(cosine),
                 fmt(snr), "" if passed else _t(summary)]
                for n, passed, max_abs, mean_abs, max_rel, cosine, snr, summary, _ in outputs.rows])]),
@@ -155,7 +157,7 @@ def _engine_md(s: dict) -> list[str]:
     ]
 
 
-def _engine_error_md(err: Optional[dict], s: dict) -> list[str]:
+def _engine_error_md(err: Optional[dict], s: Summary) -> list[str]:
     """The engine's own full message, fenced (escaped, bounded in check.json):
     its first line alone can stop at "failed with OpConversionFailure:"."""
     if not err:
@@ -170,38 +172,39 @@ def _engine_error_md(err: Optional[dict], s: dict) -> list[str]:
                      fold=len(detail.splitlines()) > LONG_TABLE_ROWS)]
 
 
-def _evidence_md(s: dict) -> list[str]:
+def _evidence_md(s: Summary) -> list[str]:
     """The pictures' evidence as text (a pasted report shows no image): the
     tensors inside the fused graph, the error along it, each output's histograms."""
     from bisect_tui.core.plots import ErrorProfile, culprit_tensors
     from bisect_tui.core.report.textplots import histogram_lines, profile_lines
 
+    c = s.check
     parts = []
-    sh = shared_section(s)
+    sh = shared_section(c)
     if sh:
         first = sh.data["first"]
         parts += [f"Tensors inside the fused graph: {sh.data['failing']} of {sh.data['compared']} "
                   "out of tolerance" + (f", the first in topological order: {md_code(first)}" if first else ""), ""]
-    prof = profile_lines(ErrorProfile.from_summary(s.get("shared_tensors"), culprit_tensors(s.get("bisect"))))
+    prof = profile_lines(ErrorProfile.from_summary(c.shared_tensors, culprit_tensors(s.extra.get("bisect"))))
     if prof:
         parts += ["### Error along the graph",
                   "Each tensor's error as a multiple of the tolerance, in topological order, log scale "
                   "(the worst tensor of each column):", "", *fenced(prof), ""]
-    hists = [line for name, o in (s.get("outputs") or {}).items() for line in histogram_lines(name, o)]
+    hists = [line for name, o in c.outputs.items() for line in histogram_lines(name, o)]
     if hists:
-        n = len(s["outputs"])
+        n = len(c.outputs)
         parts += ["### Output histograms",
                   "Baseline and fused values over the same bins, then log10 |fused - baseline|:", "",
                   *details(f"histograms of {n} outputs", fenced(hists), fold=n > 4), ""]
     return parts
 
 
-def plots_md(s: dict) -> list[str]:
+def plots_md(s: Summary) -> list[str]:
     """The plots as images, last and optional: they are files beside the report
     (or in bundle.zip), so a pasted report loses them and reads complete without."""
     from bisect_tui.core.plots import PROFILE_FILE
 
-    plots = dict(s.get("plots") or {})
+    plots = dict(s.extra.get("plots") or {})
     if not plots:
         return []
     folder = Path(next(iter(plots.values()))).parent.as_posix()
@@ -222,7 +225,7 @@ def plots_md(s: dict) -> list[str]:
     return parts
 
 
-def _fused_nodes_md(nodes: list[dict]) -> list[str]:
+def _fused_nodes_md(nodes) -> list[str]:
     if not nodes:
         return []
     rows = [table(["fused node", "op", "original nodes", "optimizers"],
@@ -235,42 +238,44 @@ def _fused_nodes_md(nodes: list[dict]) -> list[str]:
             *details(f"{len(nodes)} fused nodes", rows, fold=len(nodes) > LONG_TABLE_ROWS), ""]
 
 
-def check_parts(s: dict, base: Optional[Path] = None, command: str = "check") -> list[str]:
+def check_parts(s: Summary, base: Optional[Path] = None, command: str = "check") -> list[str]:
     """The check's evidence, after the summary: the run, the environment, the
     baseline, the engine against it, the text plots and the fused nodes."""
-    m = s["model"]
+    m = s.model
     parts = [
         "## Model and run",
         f"- model: {md_code(Path(m['path']).name)} ({m['nodes']} nodes, opset {m['opset']}, "
         f"sha256 {md_code(m['sha256'][:16])})",
-        f"- inputs: {_inputs_md(s['inputs'])}",
-        *[f"  - {line}" for line in _input_lines(s["inputs"])],
-        f"- session directory: {md_code(shown_path(s['session'], base))}",
-        f"- tolerance: {_t(tolerance_text(s['tolerance']))}",
+        f"- inputs: {_inputs_md(s.inputs)}",
+        *[f"  - {line}" for line in _input_lines(s.inputs)],
+        f"- session directory: {md_code(shown_path(s.session, base))}",
+        f"- tolerance: {_t(tolerance_text(s.tolerance))}",
         "",
     ]
-    cmd = (s.get("command") or {}).get(command)
+    cmd = (s.command or {}).get(command)
     if cmd:
         parts += ["How it was run (the same command reproduces it; the session is reused):", "",
                   *fenced([cmd]), ""]
-    parts += ["## Environment", environment_md(s), "", *_baseline_md(s), *framework_markdown(s.get("framework"))]
-    if s.get("config"):
+    parts += ["## Environment", environment_md(s), "", *_baseline_md(s), *framework_markdown(s.framework)]
+    if s.check is not None and s.check.config:
         parts += _engine_md(s)
-        parts += arbiter_markdown(s.get("arbiter"))
-        sens_line = sensitivity_text(s.get("sensitivity"))
+        parts += arbiter_markdown(s.arbiter)
+        sens_line = sensitivity_text(s.check.sensitivity)
         if sens_line:
             parts += [_t(sens_line), ""]
         parts += _evidence_md(s)
-        parts += _fused_nodes_md(s["fused_nodes"])
+        parts += _fused_nodes_md(s.check.fused_nodes)
     return parts
 
 
-def check_markdown(s: dict, title: Optional[str] = None, base: Optional[Path] = None,
+def check_markdown(s, title: Optional[str] = None, base: Optional[Path] = None,
                    command: str = "check") -> str:
-    """The report as Markdown: the summary first, paths relative to `base` (the report's folder)."""
+    """The report as Markdown: the summary first, paths relative to `base` (the
+    report's folder). `s`: the Summary, or report.json's dict."""
     from bisect_tui.core.report.summary import summary_md
 
+    s = summary_of(s)
     parts = [title or f"# bisect-tui check: {verdict_text(s)}", "", *summary_md(s, command),
              *check_parts(s, base, command),
-             f"**Verdict: {verdict_text(s)}** (exit code {s['exit_code']})", "", *plots_md(s)]
+             f"**Verdict: {verdict_text(s)}** (exit code {s.exit_code})", "", *plots_md(s)]
     return "\n".join(parts).rstrip("\n") + "\n"

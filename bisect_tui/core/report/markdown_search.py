@@ -62,15 +62,21 @@ def _workaround_md(b: dict) -> list[str]:
     return [f"### {sec.title}", line, ""]
 
 
-def bisect_markdown(s: dict, base: Optional[Path] = None) -> str:
+def bisect_markdown(s, base: Optional[Path] = None) -> str:
+    """`s`: report.json's dict (or its Summary) with the result's JSON under
+    `bisect`: the check's sections read the Summary, the search's the JSON."""
     from bisect_tui.core.report.markdown import check_parts, plots_md
+    from bisect_tui.core.report.sections import summary_of
     from bisect_tui.core.report.summary import reproduce_md, summary_md
 
-    b = s["bisect"]
-    engine = s.get("engine") or ""
+    s = summary_of(s)
+    b = s.extra["bisect"]
+    check = s.check
+    engine = (check.engine if check is not None else "") or ""
+    fused_count = len(check.fused_nodes) if check is not None else 0
     parts = [bisect_title(b), "", *summary_md(s, "bisect"), *check_parts(s, base, "bisect"),
              f"## Bisection: {BISECT_VERDICT[b['verdict']]}",
-             f"{b['engine_builds']} engine builds; {md(searched_text(b, len(s.get('fused_nodes') or [])))}.", ""]
+             f"{b['engine_builds']} engine builds; {md(searched_text(b, fused_count))}.", ""]
     parts += _culprits_md(b, engine)
     if b.get("explanation"):
         parts += [_t(b["explanation"]), ""]

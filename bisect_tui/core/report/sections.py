@@ -1,7 +1,10 @@
-"""The check's sections as data, computed once from report.json: what each
-says (verdict words, rows of numbers, notes), not how it is laid out. The
+"""The check's sections as data, computed once from the check's records: what
+each says (verdict words, rows of numbers, notes), not how it is laid out. The
 terminal text and the Markdown report render the same sections, and the app's
-step views show the same lines.
+step views show the same lines, from the same records.
+
+report.json's dict becomes a `Summary` once, where a renderer is handed it
+(`summary_of`); the sections read the record's attributes.
 
 Model- and user-supplied names in `lines` and `notes` are already made safe
 for a terminal (term()); cells of a `Table` are raw, each renderer escapes them."""
@@ -10,10 +13,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Mapping, Optional, Union
 
 from bisect_tui.core.escape import term
 from bisect_tui.core.report.words import cos_text, fmt, mb, passes_of
+from bisect_tui.core.triage.records import ArbiterResult, CheckResult, DeterminismResult, RangeCheck, Summary
 
 
 @dataclass(frozen=True)
@@ -33,31 +37,38 @@ class Section:
     data: dict = field(default_factory=dict)  # the values the renderers word differently
 
 
+def summary_of(s: Union[Summary, Mapping[str, Any]]) -> Summary:
+    """The report's one conversion from JSON: its callers hand report.json's dict
+    (as written, or read back from a session); the keys beside the summary's
+    (`bisect`, `plots`, `_bundle`) stay in its `extra`."""
+    return s if isinstance(s, Summary) else Summary.from_json(s)
+
+
 # --- baseline checks --------------------------------------------------------------------
 
 
-def determinism_line(det: dict | None) -> str:
-    if not det or det.get("skipped"):
+def determinism_line(det: Optional[DeterminismResult]) -> str:
+    if det is None or det.skipped:
         return "determinism: skipped (--no-determinism)"
-    if det["deterministic"]:
-        return f"determinism: OK, {det['tensors_compared']} tensors bit-identical over two fresh runs"
-    f = det["first"]
-    return (f"determinism: FAILED, {len(det['differing'])} tensor(s) differ; first: {term(f['tensor'])} "
+    if det.deterministic:
+        return f"determinism: OK, {det.tensors_compared} tensors bit-identical over two fresh runs"
+    f = det.first
+    return (f"determinism: FAILED, {len(det.differing)} tensor(s) differ; first: {term(f['tensor'])} "
             f"(node {term(f['node'])}, {term(f['op_type'])})")
 
 
-def range_lines(rc: dict | None) -> list[str]:
-    if not rc:
+def range_lines(rc: Optional[RangeCheck]) -> list[str]:
+    if rc is None:
         return []
     out = []
-    if rc["nan_inf"]:
-        o = rc.get("nan_inf_origin")
+    if rc.nan_inf:
+        o = rc.nan_inf_origin
         where = (f"; starts at {term(o['tensor'])} ({term(o['op_type'])} node {term(o['node'])}) whose inputs "
                  "are finite" if o else "")
-        out.append(f"range: NaN/Inf in {len(rc['nan_inf'])} tensor(s){where}")
+        out.append(f"range: NaN/Inf in {len(rc.nan_inf)} tensor(s){where}")
     else:
         out.append("range: no NaN/Inf in the baseline")
-    f16 = rc["fp16"]
+    f16 = rc.fp16
     if f16["overflow"]:
         worst = max(f16["overflow"], key=lambda r: r["abs_max"])
         out.append(f"fp16 headroom: {len(f16['overflow'])} tensor(s) exceed 65504 "
@@ -69,19 +80,19 @@ def range_lines(rc: dict | None) -> list[str]:
         out.append("fp16 headroom: every tensor fits FP16's range with >4x to spare")
     if f16["underflow"]:
         out.append(f"fp16 underflow: {len(f16['underflow'])} tensor(s) have >1% of values that round to zero in FP16")
-    if rc["bf16"]["overflow"]:
-        out.append(f"bf16: {len(rc['bf16']['overflow'])} tensor(s) overflow BF16")
-    for v in rc.get("user_ranges", []):
+    if rc.bf16["overflow"]:
+        out.append(f"bf16: {len(rc.bf16['overflow'])} tensor(s) overflow BF16")
+    for v in rc.user_ranges:
         out.append(f"range: {term(v['tensor'])} spans [{fmt(v['min'])}, {fmt(v['max'])}] outside {v['range']}")
     return out
 
 
-def range_warnings(rc: dict | None) -> list[str]:
+def range_warnings(rc: Optional[RangeCheck]) -> list[str]:
     """The range findings that pass the check yet need reading: a reduced-precision
     engine will overflow (FP16, BF16) or flush values to zero (FP16), or a tensor
     leaves the range the user gave.
     The app shows the range step as a warning, not a plain pass, when there are any."""
-    if not rc:
+    if rc is None:
         return []
     return [line for line in range_lines(rc)
             if line.startswith(("fp16 underflow: ", "bf16: ")) or
@@ -95,12 +106,12 @@ def baseline_how(manifest_options: Optional[dict]) -> str:
     return ", ".join(str(x) for x in (o.get("optimization"), str(o.get("precision", "fp32")).upper(), "CPU") if x)
 
 
-def manifest_options(s: dict) -> Optional[dict]:
+def manifest_options(s: Summary) -> Optional[dict]:
     """The baseline manifest's options (how the reference ran), read from the
     session's baseline folder; None when the folder is not on this machine."""
     import json
 
-    b = s.get("baseline") or {}
+    b = s.baseline or {}
     if isinstance(b.get("options"), dict):  # the summary carries them (sessions since this key)
         return b["options"]
     folder = b.get("dir")
@@ -112,37 +123,37 @@ def manifest_options(s: dict) -> Optional[dict]:
         return None
 
 
-def baseline_section(s: dict) -> Section:
-    b = s["baseline"]
+def baseline_section(s: Summary) -> Section:
+    b = s.baseline
     return Section("Baseline checks", data={
         "tensors": b["tensors"], "size": mb(b["bytes"]), "reused": b["reused"], "groups": b.get("groups"),
         "recomputed": len(b.get("recomputed") or []), "memory_warning": b.get("memory_warning"),
         "how": baseline_how(manifest_options(s)),
-    }, lines=(determinism_line(s["determinism"]), *range_lines(s["range_check"])))
+    }, lines=(determinism_line(s.determinism), *range_lines(s.range_check)))
 
 
 # --- the fused engine against the baseline ----------------------------------------------
 
 
-def engine_section(s: dict) -> Section:
+def engine_section(c: CheckResult) -> Section:
     """The engine and its settings as the comparison ran them; `lines` are the
     engine's own describe() rows, kept in report.json."""
-    c = s["config"]
+    cfg = c.config
     return Section("Fused engine vs baseline", data={
-        "engine": s["engine"], "level": c["level"], "precision": c["precision"],
-        "entries": list((c.get("config_entries") or {}).items()), "disabled": passes_of(c),
-        "fused_nodes": len(s["fused_nodes"]),
-    }, table=Table(("label", "value"), tuple(tuple(row) for row in s.get("engine_settings") or [])))
+        "engine": c.engine, "level": cfg["level"], "precision": cfg["precision"],
+        "entries": list((cfg.get("config_entries") or {}).items()), "disabled": passes_of(cfg),
+        "fused_nodes": len(c.fused_nodes),
+    }, table=Table(("label", "value"), tuple(tuple(row) for row in c.engine_settings or ())))
 
 
-def outputs_section(s: dict) -> Section:
+def outputs_section(c: CheckResult) -> Section:
     rows = []
-    for name, o in s["outputs"].items():
-        m = o["metrics"]
-        decided = [note for note in (o.get("verdict") or {}).get("skipped", [])
+    for name, o in c.outputs.items():
+        m = o.metrics
+        decided = [note for note in (o.verdict or {}).get("skipped", [])
                    if "essentially zero" in note]  # which criterion decided when cosine was set aside
-        rows.append((name, o["passed"], m["max_abs"], m["mean_abs"], m["max_rel"], m["cosine"], m["snr_db"],
-                     "" if o["passed"] else o["summary"], tuple(decided)))
+        rows.append((name, o.passed, m["max_abs"], m["mean_abs"], m["max_rel"], m["cosine"], m["snr_db"],
+                     "" if o.passed else o.summary, tuple(decided)))
     return Section("Outputs", table=Table(
         ("output", "verdict", "max abs", "mean abs", "max rel", "cosine", "SNR dB", "failed criterion",
          "decided by"), tuple(rows)))
@@ -159,23 +170,23 @@ def output_line(row: tuple) -> str:
     return line
 
 
-def shared_section(s: dict) -> Optional[Section]:
+def shared_section(c: CheckResult) -> Optional[Section]:
     """The tensors the fused graph still has, compared with the baseline's."""
-    sh = s.get("shared_tensors")
+    sh = c.shared_tensors
     if not sh:
         return None
     first = sh.get("first_failing_tensor")
-    maker = next((n for n in s["fused_nodes"] if first in n["outputs"]), None) if first else None
+    maker = next((n for n in c.fused_nodes if first in n["outputs"]), None) if first else None
     return Section("Tensors inside the fused graph", data={
         "first": first, "failing": sh.get("failing", 0), "compared": sh.get("tensors_compared", 0),
         "maker": (maker["op_type"], maker["name"]) if maker else None})
 
 
-def precision_used_line(s: dict) -> str:
+def precision_used_line(c: CheckResult) -> str:
     """The precision the compiled engine really ran (an engine may choose its own
     by default, e.g. bf16 on a CPU with AVX-512 BF16); empty when it is what was
     asked and the engine's default agrees."""
-    pu = s.get("precision_used") or {}
+    pu = c.precision_used or {}
     if not pu or (pu.get("used") == pu.get("asked") and pu.get("engine_default") in (None, pu.get("asked"))):
         return ""
     line = f"precision: asked {pu.get('asked')}, the compiled engine runs {pu.get('used')}"
@@ -190,15 +201,16 @@ def precision_used_line(s: dict) -> str:
 # --- the float64 arbiter ----------------------------------------------------------------
 
 
-def arbiter_section(arb: dict | None) -> Optional[Section]:
+def arbiter_section(arb: Optional[ArbiterResult]) -> Optional[Section]:
     """Each output against the float64 truth; `notes` per row say what a WORSE
     or a too-tight verdict means for this precision."""
-    if not arb:
+    if arb is None:
         return None
-    if not arb.get("available"):
-        return Section("Float64 arbiter", data={"available": False, "reason": arb.get("reason")})
+    if not arb.available:
+        return Section("Float64 arbiter", data={"available": False, "reason": arb.reason})
+    j = arb.judged
     rows, notes = [], []
-    for name, o in arb["outputs"].items():
+    for name, o in arb.outputs.items():
         rows.append((name, o["not_worse"], o["baseline"]["rmse"], o["fused"]["rmse"], o["ratio"],
                      o["framework"]["rmse"] if o.get("framework") else None,
                      o["too_tight"], o["tolerance_passed"], o["baseline"]["max_abs"], o["fused"]["max_abs"],
@@ -208,11 +220,11 @@ def arbiter_section(arb: dict | None) -> Optional[Section]:
             row_notes.append(o["unverified"] + "; no not-worse verdict on an unverified truth")
         if o.get("verdict") == "unverified":
             pass
-        elif not o["not_worse"] and o["tolerance_passed"] and arb.get("precision") not in ("fp16", "bf16"):
+        elif not o["not_worse"] and o["tolerance_passed"] and j.get("precision") not in ("fp16", "bf16"):
             row_notes.append("more error than FP32 itself, yet within the tolerance: it matters only if "
                              "your tolerance should be as tight as FP32's own error")
-        if not o["not_worse"] and arb.get("precision") in ("fp16", "bf16") and o.get("verdict") != "unverified":
-            row_notes.append(f"expected for a {arb['precision']} engine: its own rounding is far above FP32's; "
+        if not o["not_worse"] and j.get("precision") in ("fp16", "bf16") and o.get("verdict") != "unverified":
+            row_notes.append(f"expected for a {j['precision']} engine: its own rounding is far above FP32's; "
                              "the tolerance, not this ratio, says whether it is good enough")
         if o["too_tight"]:
             row_notes.append("the tolerance fails this output, yet the fused engine is as close to the truth as "
@@ -221,9 +233,9 @@ def arbiter_section(arb: dict | None) -> Optional[Section]:
     return Section("Float64 arbiter", table=Table(
         ("output", "arbiter", "baseline RMSE vs float64", "fused RMSE vs float64", "ratio",
          "PyTorch FP32 RMSE", "tolerance"), tuple(rows)), notes=tuple(notes),
-        data={"available": True, "truth_source": arb["truth_source"], "factor": arb["factor"],
-              "note": arb.get("note"), "has_framework": [bool(o.get("framework")) for o in arb["outputs"].values()],
-              "reference": reference_check_line(arb.get("reference_check"))})
+        data={"available": True, "truth_source": j["truth_source"], "factor": j["factor"],
+              "note": j.get("note"), "has_framework": [bool(o.get("framework")) for o in arb.outputs.values()],
+              "reference": reference_check_line(j.get("reference_check"))})
 
 
 def reference_check_line(rc: dict | None) -> Optional[str]:
@@ -255,7 +267,7 @@ def reference_check_line(rc: dict | None) -> Optional[str]:
     return head + "; agrees within FP32 rounding"
 
 
-def arbiter_lines(arb: dict | None) -> list[str]:
+def arbiter_lines(arb: Optional[ArbiterResult]) -> list[str]:
     sec = arbiter_section(arb)
     if sec is None:
         return []

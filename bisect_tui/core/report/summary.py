@@ -16,6 +16,7 @@ from bisect_tui.core.escape import md, md_code
 from bisect_tui.core.report.mdtools import fenced, text as _t
 from bisect_tui.core.report.search import passes_text, verdict_words, workaround_section
 from bisect_tui.core.report.words import fmt, verdict_text
+from bisect_tui.core.triage.records import Summary
 
 BUNDLE_KEY = "_bundle"  # the view's key for bundle_plan's answer; report.json never holds it
 
@@ -41,31 +42,32 @@ def has_repro(plan: Optional[dict]) -> bool:
     return bool(plan and (plan.get("repro") or plan.get("keepset")))
 
 
-def without_session(text: str, s: dict) -> str:
+def without_session(text: str, s: Summary) -> str:
     """An engine's message with this machine's session path as `<session>`: the
     reader has neither the path nor a use for it."""
     from pathlib import Path
 
-    root = str(s.get("session") or "")
+    root = str(s.session or "")
     for p in {root, str(Path(root).resolve()) if root else ""} - {""}:
         text = text.replace(p.rstrip("/") + "/", "<session>/")
     return text
 
 
-def versions_text(s: dict) -> str:
+def versions_text(s: Summary) -> str:
     """Every library and the machine, as report.json's versions list them (the
     engine adds its own: its version, its build); counts are left out."""
-    v = s.get("versions") or {}
+    v = s.versions or {}
     return ", ".join(f"{k} {v[k]}" for k in v if isinstance(v[k], str))
 
 
-def engine_text(s: dict) -> str:
+def engine_text(s: Summary) -> str:
     """The engine in its own describe() words when report.json keeps them."""
-    c = s.get("config")
+    check = s.check
+    c = check.config if check is not None else None
     if not c:
         return "not run: the baseline check stopped first"
-    own = next((str(v) for k, v in s.get("engine_settings") or [] if str(k) == "engine"), None)
-    how = f"{md_code(s.get('engine'))}, level {md_code(c.get('level'))}, precision {md_code(c.get('precision'))}"
+    own = next((str(v) for k, v in check.engine_settings or () if str(k) == "engine"), None)
+    how = f"{md_code(check.engine)}, level {md_code(c.get('level'))}, precision {md_code(c.get('precision'))}"
     return f"{md(own)} ({how})" if own else how
 
 
@@ -97,17 +99,18 @@ def _workaround_text(b: dict) -> Optional[str]:
     return None
 
 
-def summary_md(s: dict, command: str) -> list[str]:
+def summary_md(s: Summary, command: str) -> list[str]:
     """The summary a maintainer reads first; every line plain text (no image, no link)."""
-    b = s.get("bisect")
+    b = s.extra.get("bisect")
     verdict = verdict_text(s) + (f"; bisection: {md(verdict_words(b))}" if b else "")
     lines = ["## Summary", f"- **verdict**: {verdict}", f"- **engine**: {engine_text(s)}",
              f"- **versions**: {_t(versions_text(s)) or 'not recorded'}"]
-    failing = [n for n, o in (s.get("outputs") or {}).items() if not o["passed"]]
+    check = s.check
+    failing = [n for n, o in (check.outputs if check is not None else {}).items() if not o.passed]
     if failing:
         lines.append(f"- **failing output(s)**: {', '.join(md_code(n) for n in failing[:5])}"
                      + (f" and {len(failing) - 5} more" if len(failing) > 5 else ""))
-    err = s.get("engine_error")
+    err = check.error if check is not None else None
     if err:
         what = "fails to build" if err["kind"] == "build_error" else "fails while running"
         lines.append(f"- **engine error**: the fused engine {what}: {md_code(without_session(err['message'], s)[:300])}")
@@ -120,21 +123,21 @@ def summary_md(s: dict, command: str) -> list[str]:
         w = _workaround_text(b)
         if w:
             lines.append(f"- **workaround**: {w}")
-    cmd = (s.get("command") or {}).get(command)
+    cmd = (s.command or {}).get(command)
     if cmd:
         lines.append(f"- **reproduce**: {md_code(cmd)}")
-    if has_repro(s.get(BUNDLE_KEY)):
+    if has_repro(s.extra.get(BUNDLE_KEY)):
         lines.append("- **standalone repro**: in `bundle.zip`, see *How to reproduce* below")
     return [*lines, ""]
 
 
-def reproduce_md(s: dict) -> list[str]:
+def reproduce_md(s: Summary) -> list[str]:
     """The repro section: only the scripts bundle.zip really holds, nothing
     when no bundle (or one with no script) was written."""
-    plan = s.get(BUNDLE_KEY)
+    plan = s.extra.get(BUNDLE_KEY)
     if not has_repro(plan):
         return []
-    w = workaround_section(s.get("bisect") or {})
+    w = workaround_section(s.extra.get("bisect") or {})
     passes = w.data["passes"] if w else []
     lines = ["unzip bundle.zip"]
     for folder in plan["repro"]:

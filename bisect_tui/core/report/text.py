@@ -12,13 +12,14 @@ from bisect_tui.core.report.search import (
 )
 from bisect_tui.core.report.sections import (
     arbiter_lines, baseline_section, engine_section, output_line, outputs_section, precision_used_line,
-    shared_section,
+    shared_section, summary_of,
 )
+from bisect_tui.core.triage.records import Summary
 from bisect_tui.core.report.words import (BISECT_VERDICT, fmt, sensitivity_text, tolerance_text,
                                           verdict_text)
 
 
-def _baseline_lines(s: dict) -> list[str]:
+def _baseline_lines(s: Summary) -> list[str]:
     sec = baseline_section(s)
     d = sec.data
     return [
@@ -31,38 +32,39 @@ def _baseline_lines(s: dict) -> list[str]:
     ]
 
 
-def _engine_lines(s: dict) -> list[str]:
-    d = engine_section(s).data
+def _engine_lines(s: Summary) -> list[str]:
+    c = s.check
+    d = engine_section(c).data
     extra = term(", ".join(f"{k}={v}" for k, v in d["entries"]))
     dis = term(", ".join(d["disabled"]))
     lines = [f"fused engine: {d['engine']} level={d['level']} precision={d['precision']}"
              + (f" config: {extra}" if extra else "") + (f" disabled: {dis}" if dis else "")
              + f"; {d['fused_nodes']} fused node(s)",
-             f"tolerance: {term(tolerance_text(s['tolerance']))}"]
-    if precision_used_line(s):
-        lines.append(precision_used_line(s))
-    err = s.get("engine_error")
+             f"tolerance: {term(tolerance_text(s.tolerance))}"]
+    if precision_used_line(c):
+        lines.append(precision_used_line(c))
+    err = c.error
     if err:
         what = "failed to build" if err["kind"] == "build_error" else "failed while running"
         lines.append(f"fused engine {what} (the baseline runs): {term(err['message'])}")
         if err.get("detail_file") and (err.get("detail") or "").strip() != (err.get("message") or "").strip():
             lines.append(f"  the engine's full message ({len(err['detail'].splitlines())} lines): "
                          f"{term(err['detail_file'])} in the session, and `engine_error.detail` in check.json")
-    lines += [output_line(row) for row in outputs_section(s).table.rows]
-    sens_line = sensitivity_text(s.get("sensitivity"))
+    lines += [output_line(row) for row in outputs_section(c).table.rows]
+    sens_line = sensitivity_text(c.sensitivity)
     if sens_line:
         lines.append(sens_line)
-    sh = shared_section(s)
+    sh = shared_section(c)
     if sh:
         d = sh.data
         if d["first"]:
             maker = f"{term(d['maker'][0])} '{term(d['maker'][1])}'" if d["maker"] else None
             lines.append(f"tensors inside the fused graph: {d['failing']} of {d['compared']} "
                          f"out of tolerance, first: {term(d['first'])}" + (f" (made by fused {maker})" if maker else "")
-                         + (INNER_ONLY if not s.get("failing_outputs") and not s.get("engine_error") else ""))
+                         + (INNER_ONLY if not c.failing_outputs and not c.error else ""))
         else:
             lines.append(f"tensors inside the fused graph: all {d['compared']} within tolerance")
-    return lines + arbiter_lines(s.get("arbiter"))
+    return lines + arbiter_lines(s.arbiter)
 
 
 # An FP16 engine's inner tensors often break the outputs' tolerance while the outputs pass
@@ -71,29 +73,36 @@ INNER_ONLY = ("; the outputs pass: inner tensors are judged at the outputs' tole
               "does not reach the outputs beyond it")
 
 
-def check_text(s: dict, bisecting: bool = False) -> str:
+def check_text(s, bisecting: bool = False) -> str:
     """The check's lines; `bisecting`: the bisection's own lines follow, so its
-    "next:" (which would say to run the bisection) is left out."""
+    "next:" (which would say to run the bisection) is left out. `s`: the
+    Summary, or report.json's dict."""
+    s = summary_of(s)
+    m = s.model
     lines = [
-        f"model: {term(s['model']['path'])} ({s['model']['nodes']} nodes, sha256 {s['model']['sha256'][:12]})",
-        f"session: {term(s['session'])}",
+        f"model: {term(m['path'])} ({m['nodes']} nodes, sha256 {m['sha256'][:12]})",
+        f"session: {term(s.session)}",
         *_baseline_lines(s),
-        *framework_lines(s.get("framework")),
+        *framework_lines(s.framework),
     ]
-    if s.get("config"):
+    if s.check is not None and s.check.config:
         lines += _engine_lines(s)
-    lines.append(verdict_text(s) + f" (exit {s['exit_code']})")
+    lines.append(verdict_text(s) + f" (exit {s.exit_code})")
     advice = next_step(s)
-    if advice and not (bisecting and s["verdict"] == "fail" and not arbiter_all_too_tight(s)):
+    if advice and not (bisecting and s.verdict == "fail" and not arbiter_all_too_tight(s)):
         lines.append("next: " + advice)
     return "\n".join(lines)
 
 
-def bisect_text(s: dict) -> str:
-    b = s["bisect"]
+def bisect_text(s) -> str:
+    """The bisection's lines; `s`: report.json's dict (or its Summary) with the
+    result's JSON under `bisect` (the search side of the report reads JSON)."""
+    s = summary_of(s)
+    b = s.extra["bisect"]
+    check = s.check
     lines = [f"bisection: {BISECT_VERDICT[b['verdict']]} ({b['engine_builds']} engine builds"
              + (f" this run, {b['reused_steps']} steps reused from the session" if b.get("reused_steps") else "")
-             + f"; {searched_text(b, len(s.get('fused_nodes') or []))})"]
+             + f"; {searched_text(b, len(check.fused_nodes) if check is not None else 0)})"]
     if b.get("untrusted_steps"):
         lines.append(f"  {b['untrusted_steps']} saved step(s) failed their digest check and were recomputed")
     for st in b["steps"]:
@@ -104,7 +113,7 @@ def bisect_text(s: dict) -> str:
         lines.append(f"  the other fusions pass together: shown by step {rp['step']} ({term(rp['kind'])}, "
                      f"x{fmt(rp['ratio'])}), which holds every other fused node unchanged; no build of their own")
     for i, c in enumerate(b["culprits"], 1):
-        lines += culprit_lines(c, i, s.get("engine") or "")
+        lines += culprit_lines(c, i, check.engine if check is not None else "")
     if b.get("probe_agrees") is not None:
         lines.append("fused-graph probe: " + ("its own-error suspects match the culprits found by the search"
                      if b["probe_agrees"] else "its suspects differ from the search's culprits "

@@ -12,6 +12,7 @@ from typing import Optional
 
 from bisect_tui.core.escape import term
 from bisect_tui.core.plots import RATIO_FLOOR, ErrorProfile
+from bisect_tui.core.triage.records import OutputVerdict
 
 EIGHTHS = " ▁▂▃▄▅▆▇█"
 LABEL_W = 7  # "x1e+03 " on the left of each row
@@ -104,15 +105,15 @@ def _span(hist: dict) -> str:
     return f"[{fmt(edges[0])} .. {fmt(edges[-1])}]" if edges else ""
 
 
-def histogram_lines(name: str, o: dict, width: int = 40) -> list[str]:
+def histogram_lines(name: str, o: OutputVerdict, width: int = 40) -> list[str]:
     """One output's values, baseline over fused, and its error's distribution
     (log10 |fused - baseline|); empty when the comparison kept no histogram."""
-    m = o.get("metrics") or {}
+    m = o.metrics or {}
     ref, test, err = m.get("ref_hist") or {}, m.get("test_hist") or {}, m.get("error_hist") or {}
     if not ref.get("counts"):
         return []
     width = min(width, len(ref["counts"]))
-    out = [f"{term(name)} ({'PASS' if o.get('passed') else 'FAIL'})",
+    out = [f"{term(name)} ({'PASS' if o.passed else 'FAIL'})",
            f"  baseline values  |{spark(ref['counts'], width):<{width}}| {_span(ref)}"]
     if test.get("counts"):
         same = test.get("counts") == ref.get("counts") and test.get("edges") == ref.get("edges")

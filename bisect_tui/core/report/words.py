@@ -8,6 +8,8 @@ import os
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
+from bisect_tui.core.triage.records import Summary
+
 VERDICT_TEXT = {
     "pass": "PASS: the fused engine is within tolerance",
     "fail": "FAIL: the fused engine breaks tolerance",
@@ -22,12 +24,12 @@ ENGINE_FAILED_TEXT = {
 }
 
 
-def verdict_text(s: dict) -> str:
+def verdict_text(s: Summary) -> str:
     """The verdict's words: an engine that never ran did not "break tolerance"."""
-    err = s.get("engine_error") if s.get("verdict") == "fail" else None
+    err = s.check.error if s.verdict == "fail" and s.check is not None else None
     if err and err.get("kind") in ENGINE_FAILED_TEXT:
         return ENGINE_FAILED_TEXT[err["kind"]]
-    return VERDICT_TEXT[s["verdict"]]
+    return VERDICT_TEXT[s.verdict]
 
 
 BISECT_VERDICT = {

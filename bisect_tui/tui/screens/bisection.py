@@ -10,6 +10,7 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, ProgressBar, Static
 
+from bisect_tui.core.bisect.records import Step
 from bisect_tui.core.report.search import step_failure, step_ratio
 from bisect_tui.tui.format import ratio, short
 from bisect_tui.tui.widgets.common import StatusLine, WhyPanel
@@ -39,14 +40,18 @@ def columns_for(width: int) -> list[tuple[str, str]]:
 SHORT_FAILURE = {"build error": "no build", "run error": "run fail"}
 
 
-def step_row(st: dict, kind_w: int = 14, region_w: int = 16, keys=None) -> list[Text]:
+def step_row(st: Step, kind_w: int = 14, region_w: int = 16, keys=None) -> list[Text]:
     """One row; the kind is never cut when it fits (`disable GeluFusionL2` vs
-    `disable GeluApproximation`: which one passes is the evidence)."""
-    verdict = "✔ pass" if st["passed"] else "✘ FAIL"
-    if st.get("cached"):
+    `disable GeluApproximation`: which one passes is the evidence). The ratio
+    is the report's figure, which reads a step's JSON (the search side of the
+    report still reads dicts)."""
+    verdict = "✔ pass" if st.passed else "✘ FAIL"
+    if st.cached:
         verdict += " ↺"
-    cells = {"n": st["n"], "kind": short(st["kind"], kind_w), "region": short(st["region"], region_w),
-             "marks": st["marks"], "builds": st["builds"], "ratio": SHORT_FAILURE.get(step_failure(st) or "") or ratio(step_ratio(st)), "verdict": verdict}
+    j = st.to_json()
+    cells = {"n": st.n, "kind": short(st.kind, kind_w), "region": short(st.region, region_w),
+             "marks": st.marks, "builds": st.builds,
+             "ratio": SHORT_FAILURE.get(step_failure(j) or "") or ratio(step_ratio(j)), "verdict": verdict}
     return [Text(str(cells[k])) for k in (keys or [c[0] for c in COLUMNS])]
 
 
@@ -122,17 +127,17 @@ class BisectionScreen(Screen):
                 self.call_after_refresh(self._cursor_to_end)
         elif what == "bisect_step" and b.steps:
             s = b.steps[-1]
-            if len(s["kind"]) > self._widths[0]:
+            if len(s.kind) > self._widths[0]:
                 self._fill_table()  # a longer kind (disable GeluApproximation): widen, never cut
                 table.move_cursor(row=table.row_count - 1)
-            elif str(s["n"]) not in {str(k.value) for k in table.rows}:
-                table.add_row(*step_row(s, *self._widths, self._keys), key=str(s["n"]))
+            elif str(s.n) not in {str(k.value) for k in table.rows}:
+                table.add_row(*step_row(s, *self._widths, self._keys), key=str(s.n))
                 table.move_cursor(row=table.row_count - 1)
         self._header(b)
         self.set_class(b.status == "finished", "-finished")
         self._fit_height(b.status == "finished")
         if what in ("all", "bisect_reset", "bisect", "busy", "status"):
-            fused = (st.fused or {}).get("fused_nodes")
+            fused = st.fused.fused_nodes if st.fused is not None else None
             triage = getattr(self.app, "triage", None)
             # the engine adds its keep-set repro to the bundle; asked only once there is a result
             # (the engine has been built by then: asking never loads one on the UI thread)
@@ -149,8 +154,7 @@ class BisectionScreen(Screen):
         # the table spans the screen (steps above, culprit below): size it from the
         # terminal width, which is known before layout, so widths never depend on timing
         steps = self.app.state.bisect.steps
-        self._widths = column_widths(self.app.size.width, [s["kind"] for s in steps],
-                                     [s["region"] for s in steps])
+        self._widths = column_widths(self.app.size.width, [s.kind for s in steps], [s.region for s in steps])
         table.clear(columns=True)
         widths = {**FIXED_WIDTHS, "kind": self._widths[0], "region": self._widths[1]}
         cols = columns_for(self.app.size.width)
@@ -158,7 +162,7 @@ class BisectionScreen(Screen):
         for key, label in cols:
             table.add_column(label, key=key, width=widths[key])
         for s in self.app.state.bisect.steps:
-            table.add_row(*step_row(s, *self._widths, self._keys), key=str(s["n"]))
+            table.add_row(*step_row(s, *self._widths, self._keys), key=str(s.n))
 
     def _fit_height(self, finished: bool) -> None:
         """On a short terminal (24 rows) the steps and the culprit share the room
@@ -185,7 +189,7 @@ class BisectionScreen(Screen):
             bar.update(total=None, progress=0)
         else:
             bar.update(total=total, progress=b.builds if b.status != "finished" else total)
-        status = "found" if b.status == "finished" and b.result and b.result.get("culprits") else b.status
+        status = "found" if b.status == "finished" and b.result and b.result.culprits else b.status
         lines = [f"state: {STATUS_WORD.get(status, status)}   builds {b.builds} of ~{total} expected"]
         if b.status in ("cancelled", "interrupted"):
             recorded = len(b.steps) or b.recorded
@@ -195,14 +199,14 @@ class BisectionScreen(Screen):
         elif b.error:
             lines[0] += f"   {b.error}"
         cand = b.candidate
-        if b.result and b.result.get("culprits"):
-            names = "; ".join(f"{c['op_type']} ({c.get('fused_node') or c.get('kind')})" for c in b.result["culprits"])
+        if b.result and b.result.culprits:
+            names = "; ".join(f"{c.op_type} ({c.fused_node or c.kind})" for c in b.result.culprits)
             lines.append(f"culprit: {names}")
         elif cand:
             last = b.steps[-1] if b.steps else None
             lines.append(f"candidate region: {cand}")
             if last and b.status == "running":
-                lines[-1] += f"   last: {short(last['region'], 24)} {'pass' if last['passed'] else 'FAIL'}"
+                lines[-1] += f"   last: {short(last.region, 24)} {'pass' if last.passed else 'FAIL'}"
         else:
             lines.append("candidate region: whole graph")
         self.query_one("#bis-status", Static).update(Text("\n".join(lines[:2])))

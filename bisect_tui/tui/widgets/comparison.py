@@ -9,6 +9,7 @@ from textual.widgets import DataTable, Static
 
 from bisect_tui.core.report import BISECT_VERDICT
 from bisect_tui.core.report.sections import engine_section
+from bisect_tui.core.triage.records import CheckResult
 from bisect_tui.tui.format import fmt, ratio, short, verdict_word
 from bisect_tui.tui.state import TriageState
 from bisect_tui.tui.widgets.stepview import StepView, T, _fill
@@ -20,7 +21,7 @@ class ComparisonView(StepView):
     def __init__(self, **kwargs) -> None:
         super().__init__(**kwargs)
         self._names: list[str] = []
-        self._fused: Optional[dict] = None
+        self._fused: Optional[CheckResult] = None
 
     def compose_body(self) -> ComposeResult:
         from bisect_tui.tui.widgets.common import LabeledSparkline
@@ -53,44 +54,45 @@ class ComparisonView(StepView):
             for w in widgets:
                 w.add_class("hidden")
             return
-        eng = engine_section(f).data  # the report's engine section: the comparison's own record has its keys
+        eng = engine_section(f).data  # the report's engine section, of the same record
         entries = ", ".join(f"{k}={v}" for k, v in eng["entries"])
-        n_fail = len(f["failing_outputs"])
-        done = (st.bisect.result or {}).get("verdict") if st.bisect is not None else None
+        n_fail = len(f.failing_outputs)
+        result = st.bisect.result if st.bisect is not None else None
+        done = result.final_verdict if result is not None else None
         # a "next" that is behind the user is not offered: after the search, its verdict
         ahead = (f"bisected: {BISECT_VERDICT.get(done, done)} (b shows the search)" if done
                  else "press b to bisect")
-        verdict = ("✔ PASS: every output within tolerance" if f["passed"]
-                   else f"✘ FAIL: {n_fail} of {len(f['outputs'])} output(s) break tolerance; {ahead}")
-        if f.get("error"):  # the engine did not build or run while the baseline did
-            verdict = (f"✘ FAIL ({f['error']['kind']}): the fused engine "
-                       + ("does not build" if f["error"]["kind"] == "build_error" else "fails while running")
-                       + f": {f['error']['message']}; {ahead}")
-        sens = f.get("sensitivity") or {}
+        verdict = ("✔ PASS: every output within tolerance" if f.passed
+                   else f"✘ FAIL: {n_fail} of {len(f.outputs)} output(s) break tolerance; {ahead}")
+        if f.error:  # the engine did not build or run while the baseline did
+            verdict = (f"✘ FAIL ({f.error['kind']}): the fused engine "
+                       + ("does not build" if f.error["kind"] == "build_error" else "fails while running")
+                       + f": {f.error['message']}; {ahead}")
+        sens = f.sensitivity or {}
         sens_line = ""
         if sens.get("amplifies"):
             sens_line = (f"\n⚠ sensitivity: a 1-ulp input change moves the FP32 outputs to x{fmt(sens['ratio'])} "
                          "of the tolerance: the model amplifies rounding, every fusion may look guilty")
-        sh = f.get("shared_tensors") or {}
+        sh = f.shared_tensors or {}
         if sh.get("first_failing_tensor"):
             sens_line += f"\nfirst tensor out of tolerance inside the fused graph: {sh['first_failing_tensor']}"
-            if f["passed"]:
+            if f.passed:
                 sens_line += " (inner tensors only: the outputs pass)"
         text.update(T(
             f"engine {eng['engine']} level={eng['level']} precision={eng['precision']}"
             + (f" {entries}" if entries else "")
             + (f" disabled={','.join(eng['disabled'])}" if eng["disabled"] else "")
-            + f"\n{len(f['fused_nodes'])} fused node(s) of {f['optimized_nodes']} in the optimized graph "
-            f"({f['original_nodes']} original)\n{verdict}" + sens_line
+            + f"\n{len(f.fused_nodes)} fused node(s) of {f.optimized_nodes} in the optimized graph "
+            f"({f.original_nodes} original)\n{verdict}" + sens_line
         ))
-        self._names = list(f["outputs"])
+        self._names = list(f.outputs)
         rows = []
-        for name, o in f["outputs"].items():
-            m = o["metrics"]
-            failed = ", ".join(o["verdict"].get("failed", [])) or "-"
-            rows.append([short(name, 24), verdict_word(o["passed"]), failed, fmt(m["max_abs"]),
+        for name, o in f.outputs.items():
+            m = o.metrics
+            failed = ", ".join(o.verdict.get("failed", [])) or "-"
+            rows.append([short(name, 24), verdict_word(o.passed), failed, fmt(m["max_abs"]),
                          fmt(m["mean_abs"]), fmt(m["max_rel"]), fmt(m["cosine"], 6), fmt(m["snr_db"]),
-                         ratio(o["verdict"].get("ratio"))])
+                         ratio(o.verdict.get("ratio"))])
         table.border_title = "Outputs"
         _fill(table, ["output", "verdict", "failed", "max abs", "mean abs", "max rel", "cosine",
                       "SNR dB", "x tol"], rows, title="Outputs: fused engine vs baseline",
@@ -98,7 +100,7 @@ class ComparisonView(StepView):
         for w in widgets:
             w.remove_class("hidden")
         self.query_one("#cmp-profile").show(self.profile(st))
-        first_fail = next((i for i, n in enumerate(self._names) if not f["outputs"][n]["passed"]), 0)
+        first_fail = next((i for i, n in enumerate(self._names) if not f.outputs[n].passed), 0)
         if first_fail:
             table.move_cursor(row=first_fail)
         self.show_output(first_fail)
@@ -109,7 +111,9 @@ class ComparisonView(StepView):
 
         if not st.fused:
             return None
-        return ErrorProfile.from_summary(st.fused.get("shared_tensors"), culprit_tensors(st.bisect.result))
+        result = st.bisect.result
+        return ErrorProfile.from_summary(st.fused.shared_tensors, culprit_tensors(
+            result.to_json() if result is not None else None))
 
     @property
     def selected_output(self) -> Optional[str]:
@@ -125,12 +129,12 @@ class ComparisonView(StepView):
             return
         i = min(max(i, 0), len(self._names) - 1)
         name = self._names[i]
-        o = self._fused["outputs"][name]
-        m = o["metrics"]
-        tol = o.get("tolerance", {})
+        o = self._fused.outputs[name]
+        m = o.metrics
+        tol = o.tolerance or {}
         within = m.get("within_0.1pct")
         self.query_one("#cmp-detail", Static).update(T(
-            f"{name}: {o['summary']}\ntolerance {tol.get('name', '')}"
+            f"{name}: {o.summary}\ntolerance {tol.get('name', '')}"
             + (f"; {within * 100:.1f}% of elements within 0.1% relative error" if within is not None else "")
         ))
         ref, test, err = m.get("ref_hist") or {}, m.get("test_hist") or {}, m.get("error_hist") or {}
@@ -167,12 +171,14 @@ class BisectSummaryView(StepView):
         lines = []
         if b.result:
             r = b.result
-            mark = {"culprits": "✔ found:", "pass": "✔"}.get(r["verdict"], "?")
-            lines.append(f"{mark} {BISECT_VERDICT.get(r['verdict'], r['verdict'])} ({r['engine_builds']} engine builds"
-                         + (f", {r.get('reused_steps')} steps reused" if r.get("reused_steps") else "") + ")")
-            for i, c in enumerate(r["culprits"], 1):
-                lines.append(f"culprit {i}: {c['op_type']} from {', '.join(c['optimizers']) or '?'}")
-                lines.append(f"  replaces {', '.join(c['original_nodes'])}")
+            verdict = r.final_verdict
+            reused = r.search.get("reused_steps")
+            mark = {"culprits": "✔ found:", "pass": "✔"}.get(verdict, "?")
+            lines.append(f"{mark} {BISECT_VERDICT.get(verdict, verdict)} ({r.engine_builds} engine builds"
+                         + (f", {reused} steps reused" if reused else "") + ")")
+            for i, c in enumerate(r.culprits, 1):
+                lines.append(f"culprit {i}: {c.op_type} from {', '.join(c.optimizers) or '?'}")
+                lines.append(f"  replaces {', '.join(c.original_nodes)}")
         elif b.status == "running":
             lines.append(f"running: {b.builds} build(s) so far")
         elif b.status in ("cancelled", "interrupted"):

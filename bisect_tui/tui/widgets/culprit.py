@@ -1,4 +1,8 @@
-"""The culprit panel of the bisection screen: what was found and the evidence for it."""
+"""The culprit panel of the bisection screen: what was found and the evidence for it.
+
+It reads the BisectResult record; the report's search sections (workaround,
+keep-set, evidence, what was searched) still read the result's JSON, made once
+per render here."""
 
 from __future__ import annotations
 
@@ -10,12 +14,14 @@ from textual.widgets import Static
 from bisect_tui.core.report import (
     BISECT_VERDICT, distinct, evidence_lines, passes_text, precision_lines, workaround_section
 )
+from bisect_tui.core.bisect.records import BisectResult
 from bisect_tui.core.report.search import searched_text
 from bisect_tui.tui.format import fmt, shown
 
 
 def export_hint(result: dict, keepset_writer: bool) -> str:
-    """The export keys' line, naming the repro bundle only when one will be written."""
+    """The export keys' line, naming the repro bundle only when one will be written
+    (`result`: the bisection's JSON, which the exporter plans the bundle from)."""
     from bisect_tui.core.report.summary import bundle_plan, has_repro
 
     plan = bundle_plan(result, keepset_writer)
@@ -24,7 +30,7 @@ def export_hint(result: dict, keepset_writer: bool) -> str:
     return f"e: export {what}   c: copy the Markdown report"
 
 
-def culprit_text(result: Optional[dict], status: str = "idle", fused_count: Optional[int] = None,
+def culprit_text(result: Optional[BisectResult], status: str = "idle", fused_count: Optional[int] = None,
                  keepset_writer: bool = False) -> Text:
     """`fused_count`: the check's fused nodes (a passing engine is not searched);
     `keepset_writer`: the engine adds a keep-set repro to the bundle."""
@@ -40,32 +46,34 @@ def culprit_text(result: Optional[dict], status: str = "idle", fused_count: Opti
         else:
             t.append("No search yet. Press r to start the bisection.\n")
         return t
-    verdict = result["verdict"]
+    verdict = result.final_verdict
+    search = result.search
+    j = result.to_json()  # for the report's search sections
     # finding the culprit is the search succeeding; only an unexplained error is "?"
     mark = "✔" if verdict in ("pass", "culprits") else "?"
     t.append(f"{mark} {BISECT_VERDICT.get(verdict, verdict)}\n", style="bold")
-    t.append(f"{result['engine_builds']} engine build(s)"
-             + (f", {result['reused_steps']} step(s) reused" if result.get("reused_steps") else "")
-             + f", {searched_text(result, fused_count)}\n")
-    rp = result.get("rest_proven_by")
+    t.append(f"{result.engine_builds} engine build(s)"
+             + (f", {search['reused_steps']} step(s) reused" if search.get("reused_steps") else "")
+             + f", {searched_text(j, fused_count)}\n")
+    rp = search.get("rest_proven_by")
     if rp:
         t.append(f"the other fusions pass together: step {rp['step']} ({shown(rp['kind'])}) keeps them all\n")
-    for i, c in enumerate(result.get("culprits", []), 1):
+    for i, c in enumerate(result.culprits, 1):
         t.append("\n")
-        t.append(f"Culprit {i}: {shown(c['op_type'])}", style="bold")
-        t.append((f"  (fused node '{shown(c['fused_node'])}')" if c.get("fused_node") else f"  ({c.get('kind')})")
-                 + ("  an interaction: these fuse wrong only together" if c.get("interaction") else "") + "\n")
-        if c.get("engine_error"):
-            t.append(f"  engine {c['engine_error']['kind']}: {shown(c['engine_error']['message'])}\n")
-        if c.get("exposed_by"):
-            t.append(f"  exposed by disabling {', '.join(c['exposed_by'])}\n")
+        t.append(f"Culprit {i}: {shown(c.op_type)}", style="bold")
+        t.append((f"  (fused node '{shown(c.fused_node)}')" if c.fused_node else f"  ({c.kind})")
+                 + ("  an interaction: these fuse wrong only together" if c.interaction else "") + "\n")
+        if c.engine_error:
+            t.append(f"  engine {c.engine_error['kind']}: {shown(c.engine_error['message'])}\n")
+        if c.exposed_by:
+            t.append(f"  exposed by disabling {', '.join(c.exposed_by)}\n")
         t.append("  original nodes: ", style="bold")
-        t.append(shown(", ".join(c["original_nodes"])) + "\n")
-        confirmed = bool(c.get("attribution", {}).get("confirmed"))
+        t.append(shown(", ".join(c.original_nodes)) + "\n")
+        confirmed = bool((c.attribution or {}).get("confirmed"))
         t.append("  optimizer(s): ", style="bold")
-        t.append(passes_text(c))
+        t.append(passes_text(c.to_json()))
         t.append(" (confirmed: disabling removes the fused node)\n" if confirmed else "\n")
-        iso = c.get("isolated") or {}
+        iso = c.isolated or {}
         for name, o in (iso.get("outputs") or {}).items():
             t.append(f"  isolated on the baseline's own inputs, {name}:\n", style="bold")
             fu = o["fused_vs_unfused"]
@@ -78,14 +86,14 @@ def culprit_text(result: Optional[dict], status: str = "idle", fused_count: Opti
                             else " -> not worse than plain FP32\n"))
             if o.get("verdict"):
                 t.append(f"    {o['verdict']}\n")
-        worst = c.get("worst_elements") or []
+        worst = c.worst_elements or []
         if worst:
             t.append("  worst elements (truth / unfused / fused):\n", style="bold")
             for w in worst[:3]:
                 idx = ",".join(str(x) for x in w["index"]) if isinstance(w["index"], list) else w["index"]
                 truth, unfused, fused = distinct([w["truth"], w["unfused"], w["fused"]])
                 t.append(f"    [{idx}] {truth} / {unfused} / {fused}\n")
-    w = workaround_section(result)
+    w = workaround_section(j)
     if w:
         d = w.data
         t.append("\nWorkaround: ", style="bold")
@@ -94,17 +102,17 @@ def culprit_text(result: Optional[dict], status: str = "idle", fused_count: Opti
                      f"(max abs {fmt(d['max_abs'])})\n  {d['how']}\n")
         else:
             t.append(f"{d['how'] or 'none found'}\n")
-    err = result.get("engine_error")
-    if err and not any(c.get("engine_error") for c in result.get("culprits") or []):
+    err = search.get("engine_error")
+    if err and not any(c.engine_error for c in result.culprits):
         t.append("\nThe fused engine's error: ", style="bold")
         t.append(f"{shown(err.get('message', ''))}\n")
-    p = result.get("precision")
-    title = "Precision setting" if (p or {}).get("kind") == "precision_setting" else "Keep-set: nodes to keep in FP32"
-    _block(t, title, precision_lines(p))
-    if result.get("explanation"):
-        t.append(f"\n{result['explanation']}\n")
-    _block(t, "Where the error starts", evidence_lines(result.get("evidence")))
-    t.append("\n" + export_hint(result, keepset_writer) + "\n")
+    p = result.precision
+    title = "Precision setting" if getattr(p, "kind", None) == "precision_setting" else "Keep-set: nodes to keep in FP32"
+    _block(t, title, precision_lines(j["precision"]))
+    if search.get("explanation"):
+        t.append(f"\n{search['explanation']}\n")
+    _block(t, "Where the error starts", evidence_lines(search.get("evidence")))
+    t.append("\n" + export_hint(j, keepset_writer) + "\n")
     return t
 
 
@@ -120,6 +128,6 @@ class CulpritPanel(Static):
     CulpritPanel { height: auto; padding: 0 1; }
     """
 
-    def show(self, result: Optional[dict], status: str, fused_count: Optional[int] = None,
+    def show(self, result: Optional[BisectResult], status: str, fused_count: Optional[int] = None,
              keepset_writer: bool = False) -> None:
         self.update(culprit_text(result, status, fused_count, keepset_writer))

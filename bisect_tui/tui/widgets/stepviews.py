@@ -143,12 +143,12 @@ class DeterminismView(StepView):
             table.add_class("hidden")
             return
         line = determinism_line(d)
-        if d.get("advice"):
-            line += "\n" + d["advice"]
+        if d.advice:
+            line += "\n" + d.advice
         text.update(T(line))
-        if d.get("differing"):
+        if d.differing:
             _fill(table, ["#", "tensor", "node", "op"],
-                  [[e["index"], e["tensor"], e["node"], e["op_type"]] for e in d["differing"][:MAX_ROWS]])
+                  [[e["index"], e["tensor"], e["node"], e["op_type"]] for e in d.differing[:MAX_ROWS]])
             table.remove_class("hidden")
         else:
             table.add_class("hidden")
@@ -184,13 +184,13 @@ class RangeView(StepView):
                 w.add_class("hidden")
             return
         lines = range_lines(rc)
-        origin = rc.get("nan_inf_origin")
+        origin = rc.nan_inf_origin
         if origin:
             lines.append(origin["advice"])
         text.update(T("\n".join(lines)))
-        if rc["nan_inf"]:
+        if rc.nan_inf:
             _fill(nan_t, ["tensor", "op", "NaN", "Inf", "elements"],
-                  [[e["tensor"], e["op_type"], e["nan"], e["inf"], e["numel"]] for e in rc["nan_inf"][:MAX_ROWS]])
+                  [[e["tensor"], e["op_type"], e["nan"], e["inf"], e["numel"]] for e in rc.nan_inf[:MAX_ROWS]])
             nan_t.remove_class("hidden")
         else:
             nan_t.add_class("hidden")
