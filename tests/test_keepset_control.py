@@ -260,10 +260,18 @@ def test_steps_compare_by_the_elementwise_ratio_not_the_saturated_cosine():
     assert half.ratio >= full.ratio  # the verdict's worst criterion: the halving does not show
     e_full, e_half = elementwise_ratio(full), elementwise_ratio(half)
     assert e_half < 0.75 * e_full
-    row = lambda j: {"passed": j.passed, "ratio": j.ratio, "elementwise_ratio": elementwise_ratio(j)}  # noqa: E731
-    assert step_ratio(row(half)) < step_ratio(row(full))
+    assert step_ratio(_step(half.passed, half.ratio, e_half)) < step_ratio(_step(full.passed, full.ratio, e_full))
     # a step that fails on the cosine alone still shows the ratio that failed it
-    assert step_ratio({"passed": False, "ratio": 3.0, "elementwise_ratio": 0.5}) == 3.0
+    assert step_ratio(_step(False, 3.0, 0.5)) == 3.0
+
+
+def _step(passed: bool, ratio: float, elementwise: float):
+    """A step of the search as the report reads it (the record the store and the result hold)."""
+    from bisect_tui.core.bisect.records import Step
+
+    return Step(n=1, kind="keep-set test", region="whole graph", enabled=[], config={}, marks=0, passed=passed,
+                ratio=ratio, max_abs=0.0, summary="", builds=1, cached=False, seconds=0.0,
+                elementwise_ratio=elementwise)
 
 
 def test_big_keep_sets_are_cut_then_shrunk_and_always_pass():

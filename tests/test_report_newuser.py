@@ -113,8 +113,11 @@ def test_plots_take_model_names_with_dollar_signs(tmp_path):
 
     prof = ErrorProfile(["a$b", "x$$y$", "c"], ["Mul", "Add", "Relu"], [0.1, 3.0, 5.0], 1, [2])
     error_profile_png(tmp_path / "p.png", prof)
-    o = {"metrics": {"ref_hist": {"edges": [0, 1, 2], "counts": [1, 2]},
-                     "test_hist": {"edges": [0, 1, 2], "counts": [2, 1]}, "error_hist": {}}, "passed": False}
+    from bisect_tui.core.triage.records import OutputVerdict
+
+    o = OutputVerdict(metrics={"ref_hist": {"edges": [0, 1, 2], "counts": [1, 2]},
+                               "test_hist": {"edges": [0, 1, 2], "counts": [2, 1]}, "error_hist": {}},
+                      tolerance={}, passed=False, verdict={}, summary="")
     assert value_histograms(tmp_path / "h.png", "out$put$$", o)
     assert (tmp_path / "p.png").read_bytes()[:4] == b"\x89PNG" == (tmp_path / "h.png").read_bytes()[:4]
 

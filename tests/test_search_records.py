@@ -102,3 +102,24 @@ def test_a_step_record_on_disk_is_the_steps_file_line(results):
     for rec in lines:
         assert rec["digest"] == record_digest(rec)
         assert set(rec) - {"at", "digest", "from"} == set(Step.from_json(rec).to_json())
+
+
+@pytest.mark.parametrize("case", ["gelu", "fp16"])
+def test_the_report_reads_the_result_record_as_it_reads_the_json(results, case):
+    """The search side of the report takes the records (issue 20): a Summary
+    holding the BisectResult renders the text and Markdown that report.json's
+    dict does, and the steps keep the numbers the JSON gives them."""
+    import dataclasses
+
+    from bisect_tui.core.report import bisect_markdown, bisect_text
+    from bisect_tui.core.report.search import steps_section
+    from bisect_tui.core.triage.records import Summary
+
+    triage, res = results[case]
+    as_json = {**triage.summary(), "bisect": res}
+    s = Summary.from_json(as_json)
+    record = BisectResult.from_json(res)
+    with_record = dataclasses.replace(s, extra={**s.extra, "bisect": record})
+    assert bisect_text(with_record) == bisect_text(as_json)
+    assert bisect_markdown(with_record) == bisect_markdown(as_json)
+    assert [row[0] for row in steps_section(record).table.rows] == [st["n"] for st in res["steps"]]

@@ -19,7 +19,9 @@ from pathlib import Path
 from typing import Iterable, Optional
 
 from bisect_tui.core import atomic
+from bisect_tui.core.bisect.records import BisectResult, result_of
 from bisect_tui.core.escape import safe_filename
+from bisect_tui.core.triage.records import OutputVerdict
 
 PROFILE_FILE = "error-along-graph.png"
 RATIO_FLOOR = 1e-6  # exact matches are drawn here: log scale has no zero
@@ -48,14 +50,14 @@ class ErrorProfile:
         return cls(tensors, [p.get("op_type") or "" for p in prof], ratios, first, culprits)
 
 
-def culprit_tensors(result: Optional[dict]) -> list[str]:
+def culprit_tensors(result: Optional[BisectResult]) -> list[str]:
     """Output tensors of the culprits' fused nodes (their last original node's outputs)."""
-    if not result:
+    if result is None:
         return []
-    by_index = {u["index"]: u for u in result.get("units") or [] if isinstance(u, dict) and "index" in u}
+    by_index = {u["index"]: u for u in result.search.get("units") or [] if isinstance(u, dict) and "index" in u}
     out: list[str] = []
-    for c in result.get("culprits") or []:
-        for i in c.get("units") or []:
+    for c in result.culprits:
+        for i in c.units or []:
             out += list((by_index.get(i) or {}).get("outputs") or [])
     return out
 
@@ -100,9 +102,9 @@ def _bars(ax, hist: dict, label: str, color: Optional[str] = None, alpha: float 
     ax.bar(centers, hist["counts"], width=width, alpha=alpha, label=label, color=color)
 
 
-def value_histograms(path: Path, name: str, o: dict) -> bool:
+def value_histograms(path: Path, name: str, o: OutputVerdict) -> bool:
     """Overlaid baseline/fused value histograms and the error histogram of one tensor."""
-    m = o["metrics"]
+    m = o.metrics
     ref, test, err = m.get("ref_hist") or {}, m.get("test_hist") or {}, m.get("error_hist") or {}
     if not ref.get("counts"):
         return False
@@ -115,7 +117,7 @@ def value_histograms(path: Path, name: str, o: dict) -> bool:
     a1.legend(fontsize=7, loc="upper right")  # "best" searches every point: slow, and matplotlib warns
     if err.get("counts"):
         _bars(a2, err, "error", color="tab:red", alpha=0.7)
-    a2.set_title(f"log10 |fused - baseline| ({'PASS' if o['passed'] else 'FAIL'})")
+    a2.set_title(f"log10 |fused - baseline| ({'PASS' if o.passed else 'FAIL'})")
     fig.tight_layout()
     _save(fig, path)
     return True
@@ -161,18 +163,21 @@ def profile_figure(prof: ErrorProfile):
 
 
 def write_plots(out_dir: Path, outputs: dict, shared: Optional[dict] = None,
-                result: Optional[dict] = None) -> dict[str, str]:
+                result=None) -> dict[str, str]:
     """One PNG per output plus the error along the graph; returns plot name -> file path.
 
-    The name of the error-along-the-graph plot is PROFILE_FILE."""
+    The exporter hands report.json's parts as JSON (`outputs`: name -> the
+    output's verdict, `result`: the bisection's, or its BisectResult): read
+    here into their records once. The name of the error-along-the-graph plot
+    is PROFILE_FILE."""
     out_dir.mkdir(parents=True, exist_ok=True)
     written: dict[str, str] = {}
     taken: set[str] = {PROFILE_FILE.lower().removesuffix(".png")}
     for name, o in outputs.items():
         path = out_dir / (safe_filename(name, taken) + ".png")
-        if value_histograms(path, name, o):
+        if value_histograms(path, name, o if isinstance(o, OutputVerdict) else OutputVerdict.from_json(o)):
             written[name] = str(path)
-    prof = ErrorProfile.from_summary(shared, culprit_tensors(result))
+    prof = ErrorProfile.from_summary(shared, culprit_tensors(result_of(result)))
     if prof is not None:
         path = out_dir / PROFILE_FILE
         error_profile_png(path, prof)

@@ -20,6 +20,7 @@ from bisect_tui.core.bisect.records import BisectResult, Step
 from bisect_tui.core.cancel import CancelToken, Progress
 from bisect_tui.core.errors import Cancelled, UserError
 from bisect_tui.core.pipeline import Triage
+from bisect_tui.core.triage.records import OutputVerdict
 from bisect_tui.tui.format import short, show_path
 from bisect_tui.tui.messages import (
     BisectFinished,
@@ -216,10 +217,10 @@ class EngineWorkers:
             self.set_status("nothing to plot yet: run the comparison first (a runs every check)", error=True)
             return
         self.set_status(f"drawing the value histograms of {output}...")
-        self._plot_worker(output, st.fused.outputs[output].to_json(), Path(st.session_root) / "plots")
+        self._plot_worker(output, st.fused.outputs[output], Path(st.session_root) / "plots")
 
     @work(thread=True, group="plot", exit_on_error=False)
-    def _plot_worker(self, output: str, o: dict, folder: Path) -> None:
+    def _plot_worker(self, output: str, o: OutputVerdict, folder: Path) -> None:
         from bisect_tui.core.escape import safe_filename
         from bisect_tui.core.plots import value_histograms
 

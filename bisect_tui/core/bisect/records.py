@@ -263,6 +263,12 @@ class BisectResult:
     def final_verdict(self) -> str:
         return self.verdict or self.search["verdict"]
 
+    @property
+    def final_stopped_reason(self) -> Optional[str]:
+        """Why the search stopped early, as `to_json()` writes it: the search's
+        own reason when it gave one (even an empty one), else the record's."""
+        return self.search["stopped_reason"] if "stopped_reason" in self.search else self.stopped_reason
+
     def to_json(self) -> dict:
         steps = [s.to_json() for s in self.steps]
         for n, st in enumerate(steps, 1):
@@ -310,3 +316,12 @@ class BisectResult:
             finished=d.get("finished", ""), tolerance=dict(d.get("tolerance", {})),
             probe_agrees=d.get("probe_agrees"), json_order=tuple(d),
         )
+
+
+def result_of(result: Any) -> Optional[BisectResult]:
+    """The record of a result handed over as `bisect/result.json`'s dict (or as
+    the record itself): the one conversion for readers whose callers hold the
+    JSON (the exporter, report.json read back). None, or an empty dict: none."""
+    if result is None or isinstance(result, BisectResult):
+        return result
+    return BisectResult.from_json(result) if result else None

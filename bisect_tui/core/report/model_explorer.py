@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Optional
 
 from bisect_tui.core import atomic
+from bisect_tui.core.bisect.records import BisectResult, result_of
 from bisect_tui.core.report.words import tolerance_text
 
 CULPRIT_BG, CULPRIT_TEXT = "#b71c1c", "#ffffff"
@@ -38,13 +39,15 @@ def _ratio(x) -> Optional[float]:
     return v if v == v else None  # NaN is no measurement
 
 
-def _culprit_regions(b: dict) -> list[tuple[list[str], list[str]]]:
+def _culprit_regions(b: Optional[BisectResult]) -> list[tuple[list[str], list[str]]]:
     """Each culprit's fused region: its output tensors, and every tensor of it
     (the outputs and the interior ones the fused engine hides)."""
-    units = {u["index"]: u for u in b.get("units") or [] if isinstance(u, dict) and "index" in u}
+    if b is None:
+        return []
+    units = {u["index"]: u for u in b.search.get("units") or [] if isinstance(u, dict) and "index" in u}
     regions = []
-    for c in b.get("culprits") or []:
-        for i in c.get("units") or []:
+    for c in b.culprits:
+        for i in c.units or []:
             u = units.get(i) or {}
             outputs = list(u.get("outputs") or [])
             regions.append((outputs, [*outputs, *(u.get("interior") or [])]))
@@ -52,7 +55,8 @@ def _culprit_regions(b: dict) -> list[tuple[list[str], list[str]]]:
 
 
 def node_data(s: dict) -> dict:
-    """Model Explorer node data (one graph) from a finished session's report.json."""
+    """Model Explorer node data (one graph) from a finished session's report.json
+    (its dict, as read: the result under `bisect` becomes its record here)."""
     results: dict[str, dict] = {}
     for p in (s.get("shared_tensors") or {}).get("profile") or []:
         r = _ratio(p.get("ratio"))
@@ -62,7 +66,7 @@ def node_data(s: dict) -> dict:
         r = _ratio((o.get("metrics") or {}).get("allclose_max_ratio"))
         if r is not None:
             results[name] = {"value": r}
-    for outputs, tensors in _culprit_regions(s.get("bisect") or {}):
+    for outputs, tensors in _culprit_regions(result_of(s.get("bisect"))):
         measured = [results[t]["value"] for t in outputs if t in results]
         value = max(measured) if measured else None
         for t in tensors:

@@ -4,17 +4,20 @@ terminal text and the Markdown report render the same sections, and the app's
 step views show the same lines, from the same records.
 
 report.json's dict becomes a `Summary` once, where a renderer is handed it
-(`summary_of`); the sections read the record's attributes.
+(`summary_of`), and the result under its `bisect` key a `BisectResult`; the
+sections read the records' attributes.
 
 Model- and user-supplied names in `lines` and `notes` are already made safe
 for a terminal (term()); cells of a `Table` are raw, each renderer escapes them."""
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Optional, Union
 
+from bisect_tui.core.bisect.records import result_of
 from bisect_tui.core.escape import term
 from bisect_tui.core.report.words import cos_text, fmt, mb, passes_of
 from bisect_tui.core.triage.records import ArbiterResult, CheckResult, DeterminismResult, RangeCheck, Summary
@@ -40,8 +43,13 @@ class Section:
 def summary_of(s: Union[Summary, Mapping[str, Any]]) -> Summary:
     """The report's one conversion from JSON: its callers hand report.json's dict
     (as written, or read back from a session); the keys beside the summary's
-    (`bisect`, `plots`, `_bundle`) stay in its `extra`."""
-    return s if isinstance(s, Summary) else Summary.from_json(s)
+    (`bisect`, `plots`, `_bundle`) stay in its `extra`, the result under `bisect`
+    as its BisectResult (an empty one as None). This view is rendered, never
+    written: report.json is the dict the caller holds."""
+    s = s if isinstance(s, Summary) else Summary.from_json(s)
+    if not isinstance(s.extra.get("bisect"), Mapping):
+        return s
+    return dataclasses.replace(s, extra={**s.extra, "bisect": result_of(s.extra["bisect"])})
 
 
 # --- baseline checks --------------------------------------------------------------------

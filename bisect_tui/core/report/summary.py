@@ -10,8 +10,9 @@ rendered: the exporter writes the bundle from the same plan, and the report
 from __future__ import annotations
 
 import shlex
-from typing import Optional
+from typing import Any, Optional
 
+from bisect_tui.core.bisect.records import BisectResult, PrecisionSetting, result_of
 from bisect_tui.core.escape import md, md_code
 from bisect_tui.core.report.mdtools import fenced, text as _t
 from bisect_tui.core.report.search import passes_text, verdict_words, workaround_section
@@ -21,18 +22,23 @@ from bisect_tui.core.triage.records import Summary
 BUNDLE_KEY = "_bundle"  # the view's key for bundle_plan's answer; report.json never holds it
 
 
-def bundle_plan(result: Optional[dict], keepset_writer: bool) -> Optional[dict]:
+def bundle_plan(result: Any, keepset_writer: bool) -> Optional[dict]:
     """What bundle.zip will hold, or None when no bundle is written: `repro` are
     the folders of the isolated culprits (repro/, repro_2/ ...), `keepset` says
-    whether the engine adds its keep-set repro (`keepset_writer`: it can)."""
-    if not result:
+    whether the engine adds its keep-set repro (`keepset_writer`: it can).
+
+    `result`: the BisectResult, or the result's JSON the exporter holds (read
+    here into its record, the exporter's edge)."""
+    b = result_of(result)
+    if b is None:
         return None
-    p = result.get("precision") or {}
-    if not (result.get("culprits") or p.get("passed")):
+    p = b.precision
+    passed = bool(p is not None and p.passed)
+    if not (b.culprits or passed):
         return None
-    isolated = [c for c in result.get("culprits") or [] if (c.get("isolated") or {}).get("subgraph")]
-    keepset = bool(keepset_writer and p.get("kind") != "precision_setting"
-                   and (p.get("passed") or result.get("engine_error")))
+    isolated = [c for c in b.culprits if (c.isolated or {}).get("subgraph")]
+    keepset = bool(keepset_writer and not isinstance(p, PrecisionSetting)
+                   and (passed or b.search.get("engine_error")))
     return {"repro": ["repro" if i == 1 else f"repro_{i}" for i in range(1, len(isolated) + 1)],
             "keepset": keepset}
 
@@ -71,29 +77,30 @@ def engine_text(s: Summary) -> str:
     return f"{md(own)} ({how})" if own else how
 
 
-def _culprit_items(b: dict) -> list[str]:
+def _culprit_items(b: BisectResult) -> list[str]:
     out = []
-    for c in b.get("culprits") or []:
-        if c.get("kind") in ("build_error", "run_error") and not c.get("fused_node"):
-            what = "does not build" if c["kind"] == "build_error" else "fails while running"
-            out.append(f"the engine {what} because of the precision of {len(c['original_nodes'])} original "
-                       f"node(s) ({_t(c['op_type'])})")
+    for c in b.culprits:
+        if c.kind in ("build_error", "run_error") and not c.fused_node:
+            what = "does not build" if c.kind == "build_error" else "fails while running"
+            out.append(f"the engine {what} because of the precision of {len(c.original_nodes)} original "
+                       f"node(s) ({_t(c.op_type)})")
         else:
-            out.append(f"{_t(c['op_type'])} {md_code(c['fused_node'])} made by {_t(passes_text(c))}, "
-                       f"replacing {len(c['original_nodes'])} original node(s)"
-                       + (" (an interaction: they fail only together)" if c.get("interaction") else ""))
+            out.append(f"{_t(c.op_type)} {md_code(c.fused_node)} made by {_t(passes_text(c))}, "
+                       f"replacing {len(c.original_nodes)} original node(s)"
+                       + (" (an interaction: they fail only together)" if c.interaction else ""))
     return out
 
 
-def _workaround_text(b: dict) -> Optional[str]:
+def _workaround_text(b: BisectResult) -> Optional[str]:
     w = workaround_section(b)
-    p = b.get("precision") or {}
+    p = b.precision
     if w and w.data["kind"] == "disable_optimizers":
         return (f"disable {', '.join(md_code(n) for n in w.data['passes'])}: the full engine then passes "
                 f"(max abs {fmt(w.data['max_abs'])})")
-    if p.get("passed") and p.get("setting"):
-        kept = f"keep {len(p.get('keep_fp32') or [])} node(s) in FP32: " if p.get("keep_fp32") else ""
-        return f"{kept}{md_code(p['setting'])}"
+    if p is not None and p.passed and p.setting:
+        keep = getattr(p, "keep_fp32", None)  # a PrecisionSetting keeps no nodes
+        kept = f"keep {len(keep)} node(s) in FP32: " if keep else ""
+        return f"{kept}{md_code(p.setting)}"
     if w and w.data["how"]:
         return _t(w.data["how"])
     return None
@@ -101,8 +108,8 @@ def _workaround_text(b: dict) -> Optional[str]:
 
 def summary_md(s: Summary, command: str) -> list[str]:
     """The summary a maintainer reads first; every line plain text (no image, no link)."""
-    b = s.extra.get("bisect")
-    verdict = verdict_text(s) + (f"; bisection: {md(verdict_words(b))}" if b else "")
+    b: Optional[BisectResult] = s.extra.get("bisect")  # summary_of made it the record
+    verdict = verdict_text(s) + (f"; bisection: {md(verdict_words(b))}" if b is not None else "")
     lines = ["## Summary", f"- **verdict**: {verdict}", f"- **engine**: {engine_text(s)}",
              f"- **versions**: {_t(versions_text(s)) or 'not recorded'}"]
     check = s.check
@@ -114,7 +121,7 @@ def summary_md(s: Summary, command: str) -> list[str]:
     if err:
         what = "fails to build" if err["kind"] == "build_error" else "fails while running"
         lines.append(f"- **engine error**: the fused engine {what}: {md_code(without_session(err['message'], s)[:300])}")
-    if b:
+    if b is not None:
         items = _culprit_items(b)
         if items:
             lines += [f"- **culprit**: {items[0]}", *[f"- **culprit {i}**: {x}" for i, x in enumerate(items[1:], 2)]]
@@ -137,7 +144,7 @@ def reproduce_md(s: Summary) -> list[str]:
     plan = s.extra.get(BUNDLE_KEY)
     if not has_repro(plan):
         return []
-    w = workaround_section(s.extra.get("bisect") or {})
+    w = workaround_section(s.extra.get("bisect"))
     passes = w.data["passes"] if w else []
     lines = ["unzip bundle.zip"]
     for folder in plan["repro"]:

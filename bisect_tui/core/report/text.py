@@ -96,35 +96,37 @@ def check_text(s, bisecting: bool = False) -> str:
 
 def bisect_text(s) -> str:
     """The bisection's lines; `s`: report.json's dict (or its Summary) with the
-    result's JSON under `bisect` (the search side of the report reads JSON)."""
+    result under `bisect` (summary_of makes it the BisectResult record)."""
     s = summary_of(s)
     b = s.extra["bisect"]
+    search = b.search
     check = s.check
-    lines = [f"bisection: {BISECT_VERDICT[b['verdict']]} ({b['engine_builds']} engine builds"
-             + (f" this run, {b['reused_steps']} steps reused from the session" if b.get("reused_steps") else "")
+    lines = [f"bisection: {BISECT_VERDICT[b.final_verdict]} ({b.engine_builds} engine builds"
+             + (f" this run, {search['reused_steps']} steps reused from the session"
+                if search.get("reused_steps") else "")
              + f"; {searched_text(b, len(check.fused_nodes) if check is not None else 0)})"]
-    if b.get("untrusted_steps"):
-        lines.append(f"  {b['untrusted_steps']} saved step(s) failed their digest check and were recomputed")
-    for st in b["steps"]:
-        lines.append(f"  {st['n']:>3} {term(st['kind'])[:30]:<30} {term(st['region'])[:32]:<32} "
-                     f"{'pass' if st['passed'] else 'FAIL'} {step_ratio_text(st)}")
-    rp = b.get("rest_proven_by")
+    if b.untrusted_steps:
+        lines.append(f"  {b.untrusted_steps} saved step(s) failed their digest check and were recomputed")
+    for n, st in enumerate(b.steps, 1):  # numbered as the result's JSON numbers them
+        lines.append(f"  {n:>3} {term(st.kind)[:30]:<30} {term(st.region)[:32]:<32} "
+                     f"{'pass' if st.passed else 'FAIL'} {step_ratio_text(st)}")
+    rp = search.get("rest_proven_by")
     if rp:
         lines.append(f"  the other fusions pass together: shown by step {rp['step']} ({term(rp['kind'])}, "
                      f"x{fmt(rp['ratio'])}), which holds every other fused node unchanged; no build of their own")
-    for i, c in enumerate(b["culprits"], 1):
+    for i, c in enumerate(b.culprits, 1):
         lines += culprit_lines(c, i, check.engine if check is not None else "")
-    if b.get("probe_agrees") is not None:
+    if b.probe_agrees is not None:
         lines.append("fused-graph probe: " + ("its own-error suspects match the culprits found by the search"
-                     if b["probe_agrees"] else "its suspects differ from the search's culprits "
+                     if b.probe_agrees else "its suspects differ from the search's culprits "
                      "(error amplified downstream or interactions); the search's builds decide"))
     w = workaround_line(workaround_section(b))
     if w:
         lines.append(w)
-    if b.get("explanation"):
-        lines.append(term(b["explanation"]))
-    lines += region_lines(b.get("region_isolation"))
-    lj = b.get("local_judgement")
+    if search.get("explanation"):
+        lines.append(term(search["explanation"]))
+    lines += region_lines(search.get("region_isolation"))
+    lj = search.get("local_judgement")
     if lj:
         from bisect_tui.core.bisect.local_judgement import summary_line
 
@@ -132,8 +134,8 @@ def bisect_text(s) -> str:
         for r in local_rows(lj)[:5]:
             lines.append(f"  {term(r['op_type'])} '{term(r['fused_node'])}': fused error {fmt(r['ratio'])}x the "
                          f"FP32 error -> {r['verdict']}")
-    lines += evidence_lines(b.get("evidence"))
-    lines += precision_lines(b.get("precision"))
-    if b.get("stopped_reason"):
-        lines.append(term(b["stopped_reason"]))
+    lines += evidence_lines(search.get("evidence"))
+    lines += precision_lines(b.precision)
+    if b.final_stopped_reason:
+        lines.append(term(b.final_stopped_reason))
     return "\n".join(lines)

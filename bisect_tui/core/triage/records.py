@@ -4,7 +4,9 @@ the whole comparison (check.json) and the summary (`check --json`).
 The JSON users see is the contract (docs/check.md, docs/bisect.md): each record
 writes exactly today's keys, in today's order, with `to_json()` and reads them
 back with `from_json()`; the steps pass records, JSON is made at the edges
-(files, `--json`, and the report and app code that still read dicts).
+(files, `--json`) and read back into records there. The report and the app
+read records, the search's as well as these; the bisection's own code
+(core/bisect) still reads the check's JSON, through `Triage`'s JsonView.
 """
 
 from __future__ import annotations
@@ -325,9 +327,10 @@ SUMMARY_KEYS = ("schema_version", "verdict", "exit_code", "model", "session", "i
 
 class JsonView:
     """A step's result as its JSON, for the code that still reads dicts (the
-    report, the search, the app): the record in `record_attr` is the truth; its
-    JSON is made once per record, the same object until the result changes.
-    Assigning JSON (a cached file) or a record sets the record."""
+    bisection's, core/bisect: the report and the app read the records): the
+    record in `record_attr` is the truth; its JSON is made once per record, the
+    same object until the result changes. Assigning JSON (a cached file) or a
+    record sets the record."""
 
     def __init__(self, record_type: type, record_attr: str) -> None:
         self.record_type = record_type

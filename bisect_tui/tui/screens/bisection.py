@@ -43,15 +43,13 @@ SHORT_FAILURE = {"build error": "no build", "run error": "run fail"}
 def step_row(st: Step, kind_w: int = 14, region_w: int = 16, keys=None) -> list[Text]:
     """One row; the kind is never cut when it fits (`disable GeluFusionL2` vs
     `disable GeluApproximation`: which one passes is the evidence). The ratio
-    is the report's figure, which reads a step's JSON (the search side of the
-    report still reads dicts)."""
+    is the report's figure for the same step."""
     verdict = "✔ pass" if st.passed else "✘ FAIL"
     if st.cached:
         verdict += " ↺"
-    j = st.to_json()
     cells = {"n": st.n, "kind": short(st.kind, kind_w), "region": short(st.region, region_w),
              "marks": st.marks, "builds": st.builds,
-             "ratio": SHORT_FAILURE.get(step_failure(j) or "") or ratio(step_ratio(j)), "verdict": verdict}
+             "ratio": SHORT_FAILURE.get(step_failure(st) or "") or ratio(step_ratio(st)), "verdict": verdict}
     return [Text(str(cells[k])) for k in (keys or [c[0] for c in COLUMNS])]
 
 

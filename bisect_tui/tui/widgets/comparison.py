@@ -111,9 +111,7 @@ class ComparisonView(StepView):
 
         if not st.fused:
             return None
-        result = st.bisect.result
-        return ErrorProfile.from_summary(st.fused.shared_tensors, culprit_tensors(
-            result.to_json() if result is not None else None))
+        return ErrorProfile.from_summary(st.fused.shared_tensors, culprit_tensors(st.bisect.result))
 
     @property
     def selected_output(self) -> Optional[str]:

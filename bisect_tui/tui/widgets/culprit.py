@@ -1,8 +1,8 @@
 """The culprit panel of the bisection screen: what was found and the evidence for it.
 
-It reads the BisectResult record; the report's search sections (workaround,
-keep-set, evidence, what was searched) still read the result's JSON, made once
-per render here."""
+It reads the BisectResult record, and hands the same record to the report's
+search sections (workaround, keep-set, evidence, what was searched, the
+bundle plan): the panel says what the report says."""
 
 from __future__ import annotations
 
@@ -19,9 +19,9 @@ from bisect_tui.core.report.search import searched_text
 from bisect_tui.tui.format import fmt, shown
 
 
-def export_hint(result: dict, keepset_writer: bool) -> str:
+def export_hint(result: BisectResult, keepset_writer: bool) -> str:
     """The export keys' line, naming the repro bundle only when one will be written
-    (`result`: the bisection's JSON, which the exporter plans the bundle from)."""
+    (the exporter plans the bundle from the same result)."""
     from bisect_tui.core.report.summary import bundle_plan, has_repro
 
     plan = bundle_plan(result, keepset_writer)
@@ -48,13 +48,12 @@ def culprit_text(result: Optional[BisectResult], status: str = "idle", fused_cou
         return t
     verdict = result.final_verdict
     search = result.search
-    j = result.to_json()  # for the report's search sections
     # finding the culprit is the search succeeding; only an unexplained error is "?"
     mark = "✔" if verdict in ("pass", "culprits") else "?"
     t.append(f"{mark} {BISECT_VERDICT.get(verdict, verdict)}\n", style="bold")
     t.append(f"{result.engine_builds} engine build(s)"
              + (f", {search['reused_steps']} step(s) reused" if search.get("reused_steps") else "")
-             + f", {searched_text(j, fused_count)}\n")
+             + f", {searched_text(result, fused_count)}\n")
     rp = search.get("rest_proven_by")
     if rp:
         t.append(f"the other fusions pass together: step {rp['step']} ({shown(rp['kind'])}) keeps them all\n")
@@ -71,7 +70,7 @@ def culprit_text(result: Optional[BisectResult], status: str = "idle", fused_cou
         t.append(shown(", ".join(c.original_nodes)) + "\n")
         confirmed = bool((c.attribution or {}).get("confirmed"))
         t.append("  optimizer(s): ", style="bold")
-        t.append(passes_text(c.to_json()))
+        t.append(passes_text(c))
         t.append(" (confirmed: disabling removes the fused node)\n" if confirmed else "\n")
         iso = c.isolated or {}
         for name, o in (iso.get("outputs") or {}).items():
@@ -93,7 +92,7 @@ def culprit_text(result: Optional[BisectResult], status: str = "idle", fused_cou
                 idx = ",".join(str(x) for x in w["index"]) if isinstance(w["index"], list) else w["index"]
                 truth, unfused, fused = distinct([w["truth"], w["unfused"], w["fused"]])
                 t.append(f"    [{idx}] {truth} / {unfused} / {fused}\n")
-    w = workaround_section(j)
+    w = workaround_section(result)
     if w:
         d = w.data
         t.append("\nWorkaround: ", style="bold")
@@ -108,11 +107,11 @@ def culprit_text(result: Optional[BisectResult], status: str = "idle", fused_cou
         t.append(f"{shown(err.get('message', ''))}\n")
     p = result.precision
     title = "Precision setting" if getattr(p, "kind", None) == "precision_setting" else "Keep-set: nodes to keep in FP32"
-    _block(t, title, precision_lines(j["precision"]))
+    _block(t, title, precision_lines(p))
     if search.get("explanation"):
         t.append(f"\n{search['explanation']}\n")
     _block(t, "Where the error starts", evidence_lines(search.get("evidence")))
-    t.append("\n" + export_hint(j, keepset_writer) + "\n")
+    t.append("\n" + export_hint(result, keepset_writer) + "\n")
     return t
 
 
