@@ -56,6 +56,8 @@ def test_an_ort_check_imports_no_other_engine_and_no_textual(tmp_path):
     assert not {m for m in mods if m.startswith("bisect_tui.tui")}
     # ONNX Runtime's optimizer log (a bisection's) and FP16 converter (an fp16 run's)
     assert not {"bisect_tui.engines.ort.passlog", "bisect_tui.engines.ort.fp16"} & mods
+    # contract records a check never makes: a search's Switch, a bundle's ReproSpec
+    assert not {"bisect_tui.api.switch", "bisect_tui.api.repro"} & mods
     for other in ("openvino", "tensorrt"):
         pkg = f"bisect_tui.engines.{other}"
         assert {m for m in mods if m.startswith(pkg + ".")} <= {pkg + ".declare"}, other

@@ -15,7 +15,7 @@ import importlib
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from bisect_tui.api.capabilities import LEVELS, PRECISIONS, Capabilities, Switch
+    from bisect_tui.api.capabilities import LEVELS, PRECISIONS, Capabilities
     from bisect_tui.api.config import DISABLED_KEY, EngineConfig
     from bisect_tui.api.engine import BuildContext, BuiltEngine, Engine, EngineBase, Observer
     from bisect_tui.api.errors import (
@@ -27,18 +27,22 @@ if TYPE_CHECKING:
         UserError,
         did_you_mean,
     )
-    from bisect_tui.api.graph import FusedNode, ReproSpec
+    from bisect_tui.api.graph import FusedNode
     from bisect_tui.api.options import EngineOption
+    from bisect_tui.api.repro import ReproSpec
+    from bisect_tui.api.switch import Switch
 
 # name -> the module of bisect_tui.api that defines it
 _WHERE = {
-    **dict.fromkeys(("LEVELS", "PRECISIONS", "Capabilities", "Switch"), "capabilities"),
+    **dict.fromkeys(("LEVELS", "PRECISIONS", "Capabilities"), "capabilities"),
     **dict.fromkeys(("DISABLED_KEY", "EngineConfig"), "config"),
     **dict.fromkeys(("BuildContext", "BuiltEngine", "Engine", "EngineBase", "Observer"), "engine"),
     **dict.fromkeys(("Cancelled", "EngineBuildError", "EngineRunError", "EnvironmentFault", "ExitCode",
                      "UserError", "did_you_mean"), "errors"),
-    **dict.fromkeys(("FusedNode", "ReproSpec"), "graph"),
+    "FusedNode": "graph",
+    "ReproSpec": "repro",
     "EngineOption": "options",
+    "Switch": "switch",
 }
 
 __all__ = ["DISABLED_KEY", "LEVELS", "PRECISIONS", "BuildContext", "BuiltEngine", "Cancelled", "Capabilities", "Engine",

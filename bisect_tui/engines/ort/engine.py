@@ -19,9 +19,9 @@ onnxruntime is imported inside functions so that importing this module (and
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Collection, Iterable, Optional
+from typing import TYPE_CHECKING, Collection, Iterable, Optional
 
-from bisect_tui.api import BuildContext, EngineBase, EngineConfig, ReproSpec, UserError, did_you_mean
+from bisect_tui.api import BuildContext, EngineBase, EngineConfig, UserError, did_you_mean
 from bisect_tui.engines.ort.declare import CAPABILITIES, CPU_PROVIDER, LABEL, OPTIONS, PROVIDER_NAMES, providers_of
 from bisect_tui.engines.ort.fusedmap import fused_node_map  # noqa: F401  (importable from the package)
 from bisect_tui.engines.ort.levels import LEVEL_NAMES
@@ -43,6 +43,9 @@ from bisect_tui.engines.ort.session import (  # noqa: F401
     validate_basics,
 )
 from bisect_tui.engines.ort.session import build as build_session
+
+if TYPE_CHECKING:
+    from bisect_tui.api import ReproSpec  # annotations only: a repro is written for a bundle
 
 
 class OrtEngine(EngineBase):
