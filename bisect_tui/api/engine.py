@@ -23,11 +23,13 @@ from typing import TYPE_CHECKING, Any, Callable, Collection, Mapping, Optional, 
 
 from bisect_tui.api.capabilities import Capabilities
 from bisect_tui.api.config import EngineConfig
-from bisect_tui.api.graph import FusedNode, ReproSpec
+from bisect_tui.api.graph import FusedNode
 from bisect_tui.api.options import EngineOption
 
 if TYPE_CHECKING:  # numpy only in annotations: the contract stays cheap to import
     import numpy as np
+
+    from bisect_tui.api.repro import ReproSpec  # a repro is written only for a bundle
 
 
 @dataclass(frozen=True, eq=False)

@@ -9,10 +9,8 @@ with the closest real names.
 
 from __future__ import annotations
 
-import difflib
 from typing import Iterable
 
-from bisect_tui.core.bounded import excerpt
 from bisect_tui.core.errors import UserError
 
 
@@ -20,6 +18,10 @@ def _unknown(flag: str, given: Iterable[str], known: set[str], what: str) -> Non
     missing = [n for n in dict.fromkeys(given) if n not in known]
     if not missing:
         return
+    import difflib
+
+    from bisect_tui.core.bounded import excerpt
+
     hints = difflib.get_close_matches(missing[0], sorted(known), n=3, cutoff=0.6) if len(known) < 200_000 else []
     more = f" ({len(missing) - 1} more unknown)" if len(missing) > 1 else ""
     raise UserError(f"{flag} {excerpt(missing[0], 60)!r}: the model has no {what} of that name{more}"

@@ -7,15 +7,9 @@ Every name the old single module exported (`OrtEngine`, `fused_node_map`,
 
 from __future__ import annotations
 
-from bisect_tui.engines.ort.declare import (  # noqa: F401
-    CAPABILITIES,
-    CPU_PROVIDER,
-    LABEL,
-    OPTIONS,
-    ORT_PRECISIONS,
-    PROVIDER_NAMES,
-    providers_of,
-)
+# the declarations, imported on first use: the determinism check's second
+# interpreter imports this package for its unfused reference (unfused.py) only
+_DECLARED = ("CAPABILITIES", "CPU_PROVIDER", "LABEL", "OPTIONS", "ORT_PRECISIONS", "PROVIDER_NAMES", "providers_of")
 
 
 def load():
@@ -31,6 +25,10 @@ def __getattr__(name: str):
         raise AttributeError(name)
     import importlib
 
+    if name in _DECLARED:
+        value = getattr(importlib.import_module("bisect_tui.engines.ort.declare"), name)
+        globals()[name] = value
+        return value
     mod = importlib.import_module("bisect_tui.engines.ort.engine")
     try:
         return getattr(mod, name)

@@ -19,10 +19,9 @@ onnxruntime is imported inside functions so that importing this module (and
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Collection, Iterable, Optional
+from typing import TYPE_CHECKING, Collection, Iterable, Optional
 
-from bisect_tui.api import BuildContext, EngineBase, EngineConfig, ReproSpec, UserError, did_you_mean
-from bisect_tui.engines.ort import passlog
+from bisect_tui.api import BuildContext, EngineBase, EngineConfig, UserError, did_you_mean
 from bisect_tui.engines.ort.declare import CAPABILITIES, CPU_PROVIDER, LABEL, OPTIONS, PROVIDER_NAMES, providers_of
 from bisect_tui.engines.ort.fusedmap import fused_node_map  # noqa: F401  (importable from the package)
 from bisect_tui.engines.ort.levels import LEVEL_NAMES
@@ -44,6 +43,9 @@ from bisect_tui.engines.ort.session import (  # noqa: F401
     validate_basics,
 )
 from bisect_tui.engines.ort.session import build as build_session
+
+if TYPE_CHECKING:
+    from bisect_tui.api import ReproSpec  # annotations only: a repro is written for a bundle
 
 
 class OrtEngine(EngineBase):
@@ -179,9 +181,13 @@ class OrtEngine(EngineBase):
         return pass_candidates(tags, known)
 
     def modifying_passes(self, model_path: Path, config: EngineConfig) -> Optional[list[str]]:
+        from bisect_tui.engines.ort import passlog  # the optimizer log: only a bisection reads it
+
         return passlog.modifying_passes(model_path, config)
 
     def pass_plan(self, model_path: Path, config: EngineConfig) -> Optional[dict]:
+        from bisect_tui.engines.ort import passlog  # the optimizer log: only a bisection reads it
+
         return passlog.pass_plan(model_path, config)
 
     def pass_log_note(self, found: str, logged) -> Optional[str]:
@@ -189,6 +195,8 @@ class OrtEngine(EngineBase):
 
     def confirm_optimizer_effect(self, model_path: Path, config: EngineConfig, optimizer_names: Iterable[str],
                                  workdir: Optional[Path] = None) -> dict[str, bool]:
+        from bisect_tui.engines.ort import passlog  # the optimizer log: only a bisection reads it
+
         return passlog.confirm_optimizer_effect(self.build, model_path, config, optimizer_names, workdir)
 
 
@@ -199,6 +207,8 @@ def confirm_optimizer_effect(model_path: Path, config: EngineConfig, optimizer_n
 
 
 def modifying_passes(model_path: Path, config: EngineConfig) -> Optional[list[str]]:
+    from bisect_tui.engines.ort import passlog  # the optimizer log: only a bisection reads it
+
     return passlog.modifying_passes(model_path, config)
 
 

@@ -17,7 +17,8 @@ import onnx
 from bisect_tui.api import EngineConfig
 from bisect_tui.engines.ort.declare import providers_of
 from bisect_tui.engines.ort.levels import graph_level
-from bisect_tui.engines.ort.session import fp16_model_path, ort_errors
+from bisect_tui.engines.ort.fp16 import fp16_model_path
+from bisect_tui.engines.ort.session import ort_errors
 
 _STDERR_LOCK = threading.Lock()
 _MODIFIED_RE = re.compile(r"GraphTransformer (\S+) modified: 1")

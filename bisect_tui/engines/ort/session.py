@@ -99,9 +99,6 @@ def validate_basics(config: EngineConfig) -> None:
         )
 
 
-from bisect_tui.engines.ort.fp16 import fp16_model_path  # noqa: E402  (the faithful FP16 conversion)
-
-
 # --------------------------------------------------------------------------- engine
 
 
@@ -329,8 +326,11 @@ def _build_in(
     key = hashlib.sha1(key_blob).hexdigest()[:12]
 
     unmarkable: list[str] = []
-    base_path = (fp16_model_path(model_path, workdir, config.keep_fp32)
-                 if config.precision == "fp16" else model_path)
+    base_path = model_path
+    if config.precision == "fp16":
+        from bisect_tui.engines.ort.fp16 import fp16_model_path  # the faithful FP16 conversion
+
+        base_path = fp16_model_path(model_path, workdir, config.keep_fp32)
     model, existing, types = marking_base(base_path) if marked else (None, set(), {})
     markable: list[str] = []
     if marked and model is not None:

@@ -6,9 +6,11 @@ precision is the engine-neutral `--precision`."""
 
 from __future__ import annotations
 
-from bisect_tui.engines.tensorrt.options import TRT_PRECISIONS, TrtOptions
-
 from bisect_tui.api import Capabilities, EngineOption
+
+# here, not in options.py: every command reads the declarations (the CLI flags), while
+# options.py (a dataclass, TrtOptions from a config) is needed only when TensorRT runs
+TRT_PRECISIONS = ("fp32", "tf32", "fp16", "bf16", "int8")
 
 OBSERVATION = ("debug tensors where the installed TensorRT has mark_unfused_tensors_as_debug_tensors "
                "(fusion kept, fused-away tensors absent); otherwise none")
@@ -48,28 +50,6 @@ def _capabilities():
 
 OPTIONS = _options()
 CAPABILITIES = _capabilities()
-
-
-def trt_options(config) -> TrtOptions:
-    """TrtOptions from an EngineConfig (precision + `options.*` values)."""
-    get = getattr(config, "option", None)
-    val = (lambda k: get(k, "") or "") if get else (lambda k: "")
-    ws = val("workspace_mb")
-    lvl = val("opt_level")
-    try:
-        ws_i = int(ws) if ws else 0
-        lvl_i = int(lvl) if lvl else None
-    except ValueError:
-        from bisect_tui.core.errors import UserError
-
-        raise UserError(f"TensorRT workspace and optimization level are whole numbers, got {ws or lvl!r}") from None
-    return TrtOptions(
-        precision=config.precision or "fp32",
-        tf32=val("tf32") == "on",
-        calibration_cache=val("calibration_cache") or None,
-        workspace_mb=ws_i,
-        builder_optimization_level=lvl_i,
-    )
 
 
 def profile_ranges(config) -> dict:

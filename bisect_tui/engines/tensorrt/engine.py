@@ -37,10 +37,10 @@ from bisect_tui.engines.tensorrt.buildlog import first_line
 from bisect_tui.engines.tensorrt.built import TrtBuilt, TrtObserver
 from bisect_tui.engines.tensorrt.cache import EngineCache, engine_versions, timing_cache_path
 from bisect_tui.engines.tensorrt.capabilities import INSTALL_HINT, TrtCapabilities, capabilities_for
-from bisect_tui.engines.tensorrt.declare import CAPABILITIES, OPTIONS, profile_ranges, trt_options
+from bisect_tui.engines.tensorrt.declare import CAPABILITIES, OPTIONS, profile_ranges
 from bisect_tui.engines.tensorrt.features import TrtFeatures, detect
 from bisect_tui.engines.tensorrt.network import apply_pins, mark_exact, network_layers
-from bisect_tui.engines.tensorrt.options import TrtOptions, validate
+from bisect_tui.engines.tensorrt.options import TrtOptions, trt_options, validate
 from bisect_tui.engines.tensorrt.sessionfiles import file_sha256, session_cache_dir, session_input_shapes
 
 __all__ = ["TensorRTEngine", "TrtBuilt", "TrtObserver", "apply_pins", "capabilities_for", "describe_build",

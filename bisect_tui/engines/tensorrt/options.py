@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Optional
 
 from bisect_tui.core.errors import UserError
+from bisect_tui.engines.tensorrt.declare import TRT_PRECISIONS
 
-TRT_PRECISIONS = ("fp32", "tf32", "fp16", "bf16", "int8")
 _QDQ = frozenset({"QuantizeLinear", "DequantizeLinear"})
 
 
@@ -57,6 +57,26 @@ class TrtOptions:
         if self.builder_optimization_level is not None:
             kw["builder_optimization_level"] = int(self.builder_optimization_level)
         return kw
+
+
+def trt_options(config) -> TrtOptions:
+    """TrtOptions from an EngineConfig (precision + `options.*` values)."""
+    get = getattr(config, "option", None)
+    val = (lambda k: get(k, "") or "") if get else (lambda k: "")
+    ws = val("workspace_mb")
+    lvl = val("opt_level")
+    try:
+        ws_i = int(ws) if ws else 0
+        lvl_i = int(lvl) if lvl else None
+    except ValueError:
+        raise UserError(f"TensorRT workspace and optimization level are whole numbers, got {ws or lvl!r}") from None
+    return TrtOptions(
+        precision=config.precision or "fp32",
+        tf32=val("tf32") == "on",
+        calibration_cache=val("calibration_cache") or None,
+        workspace_mb=ws_i,
+        builder_optimization_level=lvl_i,
+    )
 
 
 def model_has_qdq(model) -> bool:
