@@ -204,11 +204,20 @@ MAX_ARGS = 4096
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Every outcome maps to a documented exit code; no traceback reaches the user,
     and an internal error never exits with a verdict's code."""
+    given = list(sys.argv[1:] if argv is None else argv)
+    from bisect_tui import startup_gc
+
+    try:
+        return _main(given)
+    finally:
+        startup_gc.resume()  # paused by run() for a check or bisect (startup_gc.py)
+
+
+def _main(given: list[str]) -> int:
     from bisect_tui import commands, compare_cli
     from bisect_tui.core.errors import Cancelled, ExitCode, UserError
     from bisect_tui.core.escape import term
 
-    given = list(sys.argv[1:] if argv is None else argv)
     if len(given) > MAX_ARGS:
         # argparse's time grows with the square of the options given: 10,000
         # repeated flags took 4 s before a word was said
@@ -303,6 +312,10 @@ def entry() -> None:
 
     limit_blas(os.environ)  # before numpy loads its BLAS (core/threads.py)
     _prestart_early(sys.argv[1:])
+    if sys.argv[1:2] in (["check"], ["bisect"]):
+        from bisect_tui import startup_gc
+
+        startup_gc.pause()  # this process only: main() called in-process (tests) never freezes
     try:
         code = main()
     finally:  # argparse's SystemExit (--help, a usage error) leaves main() before its own cleanup

@@ -10,6 +10,7 @@ import argparse
 from pathlib import Path
 from typing import Optional
 
+from bisect_tui import startup_gc
 from bisect_tui.core.escape import term
 from bisect_tui.options import options_from_args
 
@@ -23,6 +24,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     from bisect_tui.progress_text import TextProgress
 
     opts = options_from_args(args)
+    startup_gc.imports_done()
     progress = TextProgress(enabled=not args.quiet)
     triage = Triage(opts, progress, engine_factory=engine_factory(opts.engine))
     try:
@@ -56,7 +58,9 @@ def cmd_bisect(args: argparse.Namespace) -> int:
     _prestart_second_run(args)
     from bisect_tui.core.bisect.command import run_bisect_command
 
-    return run_bisect_command(args, options_from_args(args))
+    opts = options_from_args(args)
+    startup_gc.imports_done()
+    return run_bisect_command(args, opts)
 
 
 def cmd_tui(args: Optional[argparse.Namespace]) -> int:

@@ -98,3 +98,28 @@ def test_a_prestarted_interpreter_never_outlives_the_command(tmp_path, args, cod
     assert started, "the early prestart did not happen: nothing was tested"
     time.sleep(0.2)
     assert not [p for p in started if _alive(p)], r.stderr[-2000:]
+
+
+def test_collector_paused_for_the_imports_then_running(tmp_path):
+    """The console entry pauses the garbage collector for a check's imports
+    (startup_gc.py); the command turns it back on, with what the imports made
+    frozen, and main() turns it on even when the command fails before that."""
+    import gc
+
+    from bisect_tui import cli, startup_gc
+
+    assert gc.isenabled()
+    try:
+        startup_gc.pause()
+        assert not gc.isenabled()
+        # refused while its options are read, before its imports are done
+        assert cli.main(["check", str(tmp_path / "m.onnx"), "--max-memory", "lots"]) == 2
+        assert gc.isenabled() and gc.get_freeze_count() == 0
+        startup_gc.pause()
+        startup_gc.imports_done()
+        assert gc.isenabled() and gc.get_freeze_count() > 0
+        startup_gc.resume()  # nothing left to resume
+        assert gc.isenabled()
+    finally:
+        gc.unfreeze()
+        gc.enable()
