@@ -205,7 +205,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     """Every outcome maps to a documented exit code; no traceback reaches the user,
     and an internal error never exits with a verdict's code."""
     given = list(sys.argv[1:] if argv is None else argv)
-    from bisect_tui import startup_gc
+    from bisect_tui.core import startup_gc
 
     try:
         return _main(given)
@@ -313,7 +313,7 @@ def entry() -> None:
     limit_blas(os.environ)  # before numpy loads its BLAS (core/threads.py)
     _prestart_early(sys.argv[1:])
     if sys.argv[1:2] in (["check"], ["bisect"]):
-        from bisect_tui import startup_gc
+        from bisect_tui.core import startup_gc
 
         startup_gc.pause()  # this process only: main() called in-process (tests) never freezes
     try:

@@ -10,7 +10,7 @@ import argparse
 from pathlib import Path
 from typing import Optional
 
-from bisect_tui import startup_gc
+from bisect_tui.core import startup_gc
 from bisect_tui.core.escape import term
 from bisect_tui.options import options_from_args
 

@@ -106,7 +106,8 @@ def test_collector_paused_for_the_imports_then_running(tmp_path):
     frozen, and main() turns it on even when the command fails before that."""
     import gc
 
-    from bisect_tui import cli, startup_gc
+    from bisect_tui import cli
+    from bisect_tui.core import startup_gc
 
     assert gc.isenabled()
     try:

@@ -357,6 +357,8 @@ class HashSink:
 def main(argv: list[str]) -> int:
     import numpy as np
 
+    from bisect_tui.core import startup_gc
+
     from bisect_tui.core.groups import run_groups
     from bisect_tui.core.inputs import InputSet
     from bisect_tui.core.session import Session
@@ -369,6 +371,7 @@ def main(argv: list[str]) -> int:
             return 0  # not needed after all
         argv = json.loads(line)
     reference = load_reference(argv[2])
+    startup_gc.imports_done()
     session = Session(Path(argv[0]))
     with open(argv[1], encoding="utf-8") as fh:
         plan = json.load(fh)
@@ -446,6 +449,9 @@ def _exit_now(code: int) -> None:
 
 
 if __name__ == "__main__":
+    from bisect_tui.core import startup_gc
+
+    startup_gc.pause()  # for the imports: main() freezes what they made and turns it back on
     try:
         code = main(sys.argv[1:])
     except UserError as exc:
