@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import sys
+import threading
 
 import numpy as np
 import onnx
@@ -19,6 +20,7 @@ import pytest
 from bisect_tui.core.bisect import findings as findings_mod
 from bisect_tui.core.bisect.run import run_bisection
 from bisect_tui.core.bisect.trials import Trials
+from bisect_tui.core.model import load_model_info
 from bisect_tui.core.pipeline import Triage, TriageOptions
 from bisect_tui.api import EngineConfig
 
@@ -66,8 +68,25 @@ def whole_graph_builds(res: dict) -> list[dict]:
     return [s for s in res["steps"] if not s["cached"] and not s.get("subgraph")]
 
 
-def test_both_culprits_both_passes_with_few_whole_graph_builds(stack, tmp_path):
+def _whole_graph_threads(monkeypatch, model_name: str) -> list[tuple[str, tuple, int]]:
+    """(thread, disabled passes, marks) of every build of the session's whole model."""
+    from bisect_tui.engines.ort.engine import OrtEngine
+
+    seen: list[tuple[str, tuple, int]] = []
+    real = OrtEngine.build
+
+    def build(self, model_path, config, marked=(), workdir=None, *, context=None):
+        if str(model_path).endswith(model_name):
+            seen.append((threading.current_thread().name, tuple(config.disabled_passes), len(marked)))
+        return real(self, model_path, config, marked, workdir, context=context)
+
+    monkeypatch.setattr(OrtEngine, "build", build)
+    return seen
+
+
+def test_both_culprits_both_passes_with_few_whole_graph_builds(stack, tmp_path, monkeypatch):
     path, _, expected, x = stack
+    seen = _whole_graph_threads(monkeypatch, "model.onnx")
     res = bisect(stack, tmp_path, "fast")
     assert res["verdict"] == "culprits"
     first, second = res["culprits"]
@@ -107,6 +126,15 @@ def test_both_culprits_both_passes_with_few_whole_graph_builds(stack, tmp_path):
     # round 2 adopted round 1's blocked build: shown, reused, not built
     blocked = [s for s in res["steps"] if s["kind"].endswith("all fusions blocked")]
     assert len(blocked) == 2 and [s["cached"] for s in blocked] == [False, True]
+    # every build of the whole graph is a step (or the check's): no prefetch went unused
+    assert len(seen) == res["engine_builds"] + 1
+    # each round's "remaining fusions" (culprit held, the others free: neither no mark nor
+    # every tensor marked) was built beside its attribution's build, not after it: disabling
+    # LayerNormFusionL1 on culprit 1's subgraph lets SimplifiedLayerNormFusion fuse its nodes
+    n_all = len(load_model_info(path).index.intermediate_tensors())
+    remaining = [(thread, off) for thread, off, marks in seen if 0 < marks < n_all]
+    assert [off for _, off in remaining] == [(), (L1,)]
+    assert all(thread.startswith("prefetch-build") for thread, _ in remaining), remaining
 
 
 def test_same_answer_as_whole_graph_attribution_and_a_blocked_build_per_round(stack, tmp_path, monkeypatch):

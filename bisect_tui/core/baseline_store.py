@@ -64,12 +64,15 @@ def _cache_put(key: tuple, arr: np.ndarray) -> None:
         _CACHE_BYTES[0] -= old.nbytes
 
 
-def cache_written(path: Path, arr: np.ndarray, offset: Optional[int] = None) -> None:
-    """A tensor just written: the read cache gets the very array (file identity as now)."""
-    try:
-        st = os.lstat(path)
-    except OSError:
-        return
+def cache_written(path: Path, arr: np.ndarray, offset: Optional[int] = None,
+                  st: Optional[os.stat_result] = None) -> None:
+    """A tensor just written: the read cache gets the very array (file identity as now).
+    `st`: the file's lstat, taken once for the thousands of members of one pack."""
+    if st is None:
+        try:
+            st = os.lstat(path)
+        except OSError:
+            return
     _cache_put(_cache_key(path, st) + ((offset,) if offset is not None else ()), arr)
 
 

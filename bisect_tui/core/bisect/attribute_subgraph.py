@@ -57,10 +57,20 @@ def _subgraph_map(engine, subgraph: Path, cfg):
         built.close()
 
 
-def subgraph_tests(engine, subgraph: Optional[Path], cfg, units: list[Unit], cancel=None) -> Optional[dict]:
+def fused_over(fused, unit: Unit) -> list[str]:
+    """The ops of the fused nodes (other than the culprit's own) that take in any of its
+    original nodes: another pass fusing them once the culprit's pass is off."""
+    own = set(unit.original_nodes)
+    return sorted({f.op_type for f in fused if f.is_fused and own.intersection(f.original_nodes)
+                   and not (f.op_type == unit.op_type and set(f.original_nodes) == own)})
+
+
+def subgraph_tests(engine, subgraph: Optional[Path], cfg, units: list[Unit], cancel=None,
+                   over: Optional[dict] = None) -> Optional[dict]:
     """{name: (gone, now made by)} for each tagged candidate pass, on the subgraph
     ("": the builds made, nothing disabled first); None where the subgraph does not
-    stand for the whole graph (see the module)."""
+    stand for the whole graph (see the module). `over`, when given, gets
+    {name: fused_over(...)} of the same builds."""
     caps = getattr(engine, "capabilities", None)
     if subgraph is None or len(units) != 1 or (caps is not None and not caps.pass_switches):
         return None
@@ -79,6 +89,8 @@ def subgraph_tests(engine, subgraph: Optional[Path], cfg, units: list[Unit], can
         if fused is None:
             return None
         out[name] = (not still_there(fused, unit), made_by(fused, unit))
+        if over is not None:
+            over[name] = fused_over(fused, unit)
     return out
 
 

@@ -54,8 +54,17 @@ def pass_tests(triage, engine, group: list[Unit], cfg, subgraph: Callable[[], Op
     memo = vars(triage).setdefault("pass_tests", {})
     key = Findings._key(group, cfg)
     if key not in memo:
-        memo[key] = subgraph_tests(engine, subgraph(), cfg, group, triage.cancel)
+        over = vars(triage).setdefault("pass_fused_over", {}).setdefault(key, {})
+        memo[key] = subgraph_tests(engine, subgraph(), cfg, group, triage.cancel, over)
     return memo[key]
+
+
+def exposes_fusion(triage, group: list[Unit], cfg) -> bool:
+    """Findings.exposes_fusion, for the bisect command's early builds too (early.py)."""
+    key = Findings._key(group, cfg)
+    tests = vars(triage).get("pass_tests", {}).get(key)
+    over = vars(triage).get("pass_fused_over", {}).get(key) or {}
+    return bool(tests) and any(over.get(n) for n in confirmed_names(tests) or [])
 
 
 class Findings:
@@ -101,6 +110,14 @@ class Findings:
     def made(self, group: list[Unit], level_cfg) -> Optional[dict]:
         """The attribution of `group` if it has been made, else None (nothing built)."""
         return self._attr.get(self._key(group, level_cfg))
+
+    def exposes_fusion(self, group: list[Unit], cfg) -> bool:
+        """The subgraph tests already made (pass_tests; nothing is built here) show that
+        with a confirmed pass of `group` disabled another fused op takes in some of its
+        nodes: the attribution's build then holds a new fusion over the culprit, may fail
+        on it (a second culprit behind the first), and the rest proof cannot be trusted
+        to spare the "remaining fusions" build."""
+        return exposes_fusion(self.t, group, cfg)
 
     def speculative_configs(self, group: list[Unit], cfg, ci: int) -> list:
         """The full-engine configs the attribution of `group` will build first (each
