@@ -15,9 +15,7 @@ The same holds for the probe's suspect once the check has judged the engine:
 its pass is found on its subgraph (its tags, else group testing) and the full
 engine with that pass disabled, which its attribution, the rest proof and the
 workaround build once the search confirms the suspect, is started then
-(`start_attribution_build`), a few tenths of a second before the search would;
-and where that pass's removal lets another pass fuse the suspect's nodes, the
-"remaining fusions" build the search will then ask for, on the second core.
+(`start_attribution_build`), a few tenths of a second before the search would.
 """
 
 from __future__ import annotations
@@ -33,15 +31,15 @@ def _key(config: EngineConfig, marks) -> tuple:
             hashlib.sha1("\n".join(sorted(marks)).encode()).hexdigest())
 
 
-def _may_start(triage, at_once: int = 2) -> bool:
-    """Builds beside other work (Triage.may_build_beside), room for `at_once` whole-graph
+def _may_start(triage) -> bool:
+    """Builds beside other work (Triage.may_build_beside), room for two whole-graph
     builds in the memory budget, and a session without search steps yet."""
     if triage.session is None or triage.inputs is None or not triage.may_build_beside():
         return False
     from bisect_tui.core.bisect.limits import builds_beside_fit
 
-    if not builds_beside_fit(triage, at_once):
-        return False  # that many whole-graph builds at once would not fit in --max-memory
+    if not builds_beside_fit(triage):
+        return False  # two whole-graph builds at once would not fit in --max-memory
     steps = triage.session.bisect_dir / "steps.jsonl"
     return not (steps.exists() and steps.stat().st_size)  # a resumed search has its steps on record
 
@@ -103,25 +101,6 @@ def start_attribution_build(triage) -> None:
         workdir = triage.engine_dir(cfg)
         workdir.mkdir(parents=True, exist_ok=True)
         _start(triage, cfg, (), workdir, "attribution-build")
-    _start_remaining(triage, config, units, u)
-
-
-def _start_remaining(triage, config: EngineConfig, units: list, u) -> None:
-    """Round 1's "remaining fusions" (every other fusion free, the suspect held), when the
-    suspect's subgraph shows that disabling its pass lets another pass fuse its nodes:
-    then the attribution's build may fail on that fusion, cannot prove the rest, and the
-    search asks for this build next (strategy.Search._first_round prefetches the same
-    plan; whichever starts first is taken). Up to three builds run at once here (the
-    blocked build may not be done): only where three fit in the memory budget."""
-    from bisect_tui.core.bisect.findings import exposes_fusion
-    from bisect_tui.core.bisect.units import marks_for
-
-    if not exposes_fusion(triage, [u], config) or not _may_start(triage, at_once=3):
-        return
-    rest = [x for x in units if x.blockable and x.index != u.index]
-    if rest:
-        marks = marks_for(rest, triage.info.index.intermediate_tensors(), list(u.interior))
-        _start(triage, config, tuple(marks), None, "remaining-build")
 
 
 def take(triage, config: EngineConfig, marks) -> Optional[object]:

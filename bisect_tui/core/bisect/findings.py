@@ -59,14 +59,6 @@ def pass_tests(triage, engine, group: list[Unit], cfg, subgraph: Callable[[], Op
     return memo[key]
 
 
-def exposes_fusion(triage, group: list[Unit], cfg) -> bool:
-    """Findings.exposes_fusion, for the bisect command's early builds too (early.py)."""
-    key = Findings._key(group, cfg)
-    tests = vars(triage).get("pass_tests", {}).get(key)
-    over = vars(triage).get("pass_fused_over", {}).get(key) or {}
-    return bool(tests) and any(over.get(n) for n in confirmed_names(tests) or [])
-
-
 class Findings:
     def __init__(self, triage, bisector, first_index: int = 1):
         """`first_index`: the number of this search's first culprit (its folder
@@ -117,7 +109,10 @@ class Findings:
         nodes: the attribution's build then holds a new fusion over the culprit, may fail
         on it (a second culprit behind the first), and the rest proof cannot be trusted
         to spare the "remaining fusions" build."""
-        return exposes_fusion(self.t, group, cfg)
+        key = self._key(group, cfg)
+        tests = vars(self.t).get("pass_tests", {}).get(key)
+        over = vars(self.t).get("pass_fused_over", {}).get(key) or {}
+        return bool(tests) and any(over.get(n) for n in confirmed_names(tests) or [])
 
     def speculative_configs(self, group: list[Unit], cfg, ci: int) -> list:
         """The full-engine configs the attribution of `group` will build first (each

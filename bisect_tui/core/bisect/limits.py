@@ -58,12 +58,11 @@ def _activation_bytes(info, shapes: dict) -> int:
     return sum(v or 0 for v in sizes.values())
 
 
-def builds_beside_fit(triage, at_once: int = 2) -> bool:
+def builds_beside_fit(triage) -> bool:
     """A build may start beside another one (a prefetch, an early build) only when both
-    (`at_once` builds in all) fit in the memory budget: what makes the peak of a search
-    grow with its overlaps."""
+    fit in the memory budget: what makes the peak of a search grow with its overlaps."""
     try:
-        return build_memory(triage)[2] >= at_once
+        return build_memory(triage)[2] >= 2
     except Exception:  # noqa: BLE001 - no model or baseline yet: nothing to overlap with
         return False
 

@@ -51,7 +51,7 @@ class BuildScheduler:
                  engine_dir: Callable[[EngineConfig], Path] = lambda config: Path("."),
                  concurrent: bool = False, fanout: int = 1,
                  early: Callable[[EngineConfig, tuple], Optional[Future]] = no_early_build,
-                 context=None, beside: Callable[[int], bool] = lambda at_once: True):
+                 context=None, beside: Callable[[], bool] = lambda: True):
         self.pool = pool
         self.context = context  # api.BuildContext of every whole-graph build, no callbacks
         self.outputs = tuple(outputs)
@@ -60,7 +60,7 @@ class BuildScheduler:
         self.concurrent = concurrent
         self.fanout = fanout
         self.early = early
-        # whether `at_once` whole-graph builds fit in memory together (core/bisect/limits.py)
+        # whether one more build fits in memory beside the one running (core/bisect/limits.py)
         self.beside = beside
         self._prefetched: dict[str, Future] = {}  # step key -> Future of [BuildResult]
 
@@ -75,20 +75,20 @@ class BuildScheduler:
                         want_unblocked=bool(plan.marks) and not self.marking_blocks,
                         outputs=self.outputs, context=self.context)
 
-    def can_prefetch(self, at_once: int = 2) -> bool:
+    def can_prefetch(self) -> bool:
         """A build beside the search's work: an engine with concurrent builds, and
         rounds of one build each (with more, the rounds spread builds over the
         workers already); not on Ray, whose actors build away from this process; and
-        only while `at_once` builds (the one running and this) fit in the memory budget (`beside`)."""
+        only while a second build fits in the memory budget (`beside`)."""
         return (self.concurrent and self.fanout == 1 and getattr(self.pool, "kind", None) in ("serial", "processes")
-                and self.beside(at_once))
+                and self.beside())
 
     def prefetching(self, key: str) -> bool:
         return key in self._prefetched
 
-    def prefetch(self, plan: Plan, at_once: int = 2) -> None:
+    def prefetch(self, plan: Plan) -> None:
         """Start `plan`'s build now, in a thread (or take the early build of it)."""
-        if not self.can_prefetch(at_once) or plan.key in self._prefetched:
+        if not self.can_prefetch() or plan.key in self._prefetched:
             return
         started = self.early(plan.config, plan.marks)  # made while the check ran (early.py)
         if started is not None:

@@ -58,7 +58,7 @@ class Bisector(Search):
             self.pool, outputs=tuple(triage.info.outputs), marking_blocks=caps is None or caps.marking_blocks,
             engine_dir=self.engine_dir, concurrent=bool(getattr(caps, "concurrent_builds", False)),
             fanout=max(1, int(fanout)), early=lambda cfg, marks: early.take(triage, cfg, marks),
-            context=triage.build_context(callbacks=False), beside=lambda at_once: builds_beside_fit(triage, at_once))
+            context=triage.build_context(callbacks=False), beside=lambda: builds_beside_fit(triage))
         self.judge = OutputJudge.for_triage(triage)
         # the config is not in it: each step's key has its own, so a build two fixpoint
         # rounds both ask for (one round's attribution, the next round's full engine) is one

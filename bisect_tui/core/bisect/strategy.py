@@ -210,12 +210,6 @@ class Search(Trials):
         steps = self.suspects_alone(batch, [])
         hit = next((u for u, st in zip(batch, steps) if not st.passed), None)
         self._exposed_hit = hit
-        if hit is not None:
-            # this round's culprit: _every_culprit prefetches its "remaining fusions" beside
-            # the rest proof's build; started here instead, beside the attribution's build
-            rest = [u for u in units if u.blockable and u != hit]
-            if rest:
-                self.prefetch(Candidate("remaining fusions", rest, held=[hit]))
         return hit
 
     def _prefetch_attribution(self, u: Unit) -> None:
@@ -229,6 +223,11 @@ class Search(Trials):
             return
         for c in self.findings.early_configs([u], self.config, lambda: self.subgraph_file(u)):
             self.prefetch(Candidate(self.map_kind(c), None, c))
+
+    def _behind(self, group: list[Unit]) -> bool:
+        """Disabling `group`'s pass lets another pass fuse its nodes (its subgraph tests,
+        findings.Findings.exposes_fusion): the attribution's build then holds that fusion."""
+        return self.findings is not None and self.findings.exposes_fusion(group, self.config)
 
     def _rest_proof(self, culprits: list[list[Unit]], units: list[Unit], saved: EngineConfig,
                     level: str) -> Optional[Step]:
@@ -338,16 +337,6 @@ class Search(Trials):
             # the suspect's isolation and the group test of its pass, on subgraphs only:
             # made now, while the blocked build (prefetched) runs, instead of after it
             spec = self.findings.speculative_configs([confirmed], self.config, self.findings.first_index)
-        if confirmed is not None and self.fanout == 1 and self.findings is not None \
-                and self.findings.exposes_fusion([confirmed], self.config):
-            # disabling the suspect's pass makes another fusion over its nodes (a culprit
-            # behind it): the rest proof's build may well fail, and "remaining fusions"
-            # comes next; built beside the attribution's build (and the blocked one,
-            # which may still run: three at once)
-            at_user, _ = self.units_at(self.config.level)
-            rest = [u for u in at_user if u.blockable and u != confirmed]
-            if rest:
-                self.prefetch(Candidate("remaining fusions", rest, held=[confirmed]), at_once=3)
         if confirmed is not None and self.fanout > 1:
             # speculative, in the same round (the strategy's, so any number of workers
             # makes the same builds): what the search asks next when the blocked build
@@ -391,7 +380,9 @@ class Search(Trials):
                 if not remaining:
                     break
                 if held or confirmed is None:
-                    if held and self.exposed:  # a later round: built beside the rest proof's build
+                    if held and (self.exposed or self._behind(culprits[-1])):
+                        # a later round, or a culprit with another fusion behind it: the rest
+                        # proof's build may fail, and this one comes next; built beside it
                         self.prefetch(Candidate("remaining fusions", remaining, held=held))
                     proof = self._rest_proof(culprits, units, saved, level)
                     if proof is not None:

@@ -166,16 +166,16 @@ class Trials:
         ids = () if c.enabled is None else tuple(u.index for u in c.enabled)
         return Plan(c.kind, config, tuple(marks), key, region, ids)
 
-    def prefetch(self, cand: Candidate, at_once: int = 2) -> None:
+    def prefetch(self, cand: Candidate) -> None:
         """Start a build the search will certainly ask for next, beside the work
         before it (scheduler.prefetch); evaluate_many takes its result when the
-        candidate comes. `at_once`: the whole-graph builds that may then run together."""
-        if not self.scheduler.can_prefetch(at_once):
+        candidate comes."""
+        if not self.scheduler.can_prefetch():
             return
         plan = self.plan(cand)
         if self.scheduler.prefetching(plan.key) or self.store.recorded(plan.key) or self.store.done(plan.key):
             return
-        self.scheduler.prefetch(plan, at_once)
+        self.scheduler.prefetch(plan)
 
     def _build_round(self, plans: list[Plan], todo: list[int], out: list) -> None:
         first = plans[0]
