@@ -110,6 +110,7 @@ def test_collector_paused_for_the_imports_then_running(tmp_path):
     from bisect_tui.core import startup_gc
 
     assert gc.isenabled()
+    before = gc.get_threshold()
     try:
         startup_gc.pause()
         assert not gc.isenabled()
@@ -118,9 +119,10 @@ def test_collector_paused_for_the_imports_then_running(tmp_path):
         assert gc.isenabled() and gc.get_freeze_count() == 0
         startup_gc.pause()
         startup_gc.imports_done()
-        assert gc.isenabled() and gc.get_freeze_count() > 0
+        assert gc.isenabled() and gc.get_freeze_count() > 0 and gc.get_threshold() == startup_gc.THRESHOLDS
         startup_gc.resume()  # nothing left to resume
         assert gc.isenabled()
     finally:
         gc.unfreeze()
+        gc.set_threshold(*before)
         gc.enable()
