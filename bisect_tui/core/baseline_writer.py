@@ -208,17 +208,17 @@ class NpySink:
         pending, self._pending = self._pending, []
         batched = finished_f32_many([samples for *_, samples in pending])
         try:
-            st = os.lstat(final) if self.remember else None
+            pack_stat = os.lstat(final) if self.remember else None
         except OSError:
-            st = None
+            pack_stat = None
         for (tensor, meta, offset, kept, samples), stats in zip(pending, batched):
             if stats is None:  # not float32, or NaN/Inf in it: the per-tensor statistics
-                st = empty_stats()
+                acc = empty_stats()
                 for a in samples:
-                    update_stats(st, a)
-                stats = finish_stats(st)
-            if kept is not None and st is not None:
-                cache_written(final, kept, offset, st)
+                    update_stats(acc, a)
+                stats = finish_stats(acc)
+            if kept is not None and pack_stat is not None:
+                cache_written(final, kept, offset, pack_stat)
             self.on_done(tensor, {**meta, "stats": stats, "file": name, "member": self.fnames[tensor],
                                   "offset": offset})
 
