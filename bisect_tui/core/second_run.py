@@ -64,15 +64,20 @@ def stop_prestarted() -> None:
     its imports to finish made every early refusal a second slower. No process
     outlives the command."""
     while _PRESTARTED:
-        proc = _PRESTARTED.pop()
+        _discard(_PRESTARTED.pop())
+
+
+def _discard(proc) -> None:
+    """A waiting interpreter nobody will use: killed, reaped, its pipes closed."""
+    if proc.poll() is None:
         proc.kill()
-        proc.wait()
-        for stream in (proc.stdin, proc.stdout, proc.stderr):
-            try:
-                if stream is not None:
-                    stream.close()
-            except OSError:
-                pass
+    proc.wait()
+    for stream in (proc.stdin, proc.stdout, proc.stderr):
+        try:
+            if stream is not None:
+                stream.close()
+        except OSError:
+            pass
 
 
 def child_env() -> dict:
@@ -90,6 +95,7 @@ def take_prestarted():
         proc = _PRESTARTED.pop()
         if proc.poll() is None:
             return proc
+        _discard(proc)  # it died waiting: its pipes are closed here, not left to the exit
     return None
 
 
@@ -149,8 +155,7 @@ class SecondRun:
                     waiting.stdin.write(json.dumps(cmd[-3:]) + "\n")
                     waiting.stdin.close()
                 except (OSError, ValueError):
-                    waiting.kill()
-                    waiting.wait()
+                    _discard(waiting)
                     waiting = None
             self.proc = waiting or subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                                     text=True, stdin=subprocess.DEVNULL, env=child_env())
