@@ -19,7 +19,7 @@ from bisect_tui.core.engine_log import log_engine_error
 from bisect_tui.core.errors import UserError
 from bisect_tui.core.graph import mark_outputs, tensor_types
 from bisect_tui.core.inputs import InputSet, guessed_inputs_hint
-from bisect_tui.core.memory import MB, RELEASE_AFTER_BYTES, release_memory
+from bisect_tui.core.memory import MB, RELEASE_AFTER_BYTES, release_memory, runs_within
 
 if TYPE_CHECKING:
     from bisect_tui.api.reference import UnfusedReference, UnfusedSession
@@ -77,19 +77,7 @@ def plan_groups(
     """Greedy split in topological order; unknown sizes count as the largest known."""
     known = [s for s in sizes.values() if s]
     fallback = max(known) if known else 4 * MB
-    groups: list[list[str]] = []
-    cur: list[str] = []
-    used = 0
-    for t in tensors:
-        s = sizes.get(t) or fallback
-        if cur and used + s > budget:
-            groups.append(cur)
-            cur, used = [], 0
-        cur.append(t)
-        used += s
-    if cur:
-        groups.append(cur)
-    return groups
+    return runs_within(tensors, lambda t: sizes.get(t) or fallback, budget)
 
 
 def _first_line(exc: BaseException) -> str:

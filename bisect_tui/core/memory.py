@@ -79,6 +79,25 @@ def weight_copies(info) -> int:
     return 1 if getattr(info, "external", None) else 2
 
 
+def runs_within(items: list, size, budget: int) -> list[list]:
+    """`items` cut, in order, into runs whose `size(item)` add up to at most `budget`
+    (an item bigger than the budget alone in its run): the baseline's groups, and the
+    batches of the vectorised statistics and comparisons."""
+    runs: list[list] = []
+    run: list = []
+    used = 0
+    for item in items:
+        n = size(item)
+        if run and used + n > budget:
+            runs.append(run)
+            run, used = [], 0
+        run.append(item)
+        used += n
+    if run:
+        runs.append(run)
+    return runs
+
+
 def activation_budget(max_memory: int, weight_bytes: int, sizes: dict, copies: int = 2,
                       floor: "int | None" = None) -> int:
     """How many bytes of marked tensors one group may hold so that the whole

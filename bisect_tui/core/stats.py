@@ -13,6 +13,8 @@ from typing import Optional
 
 import numpy as np
 
+from bisect_tui.core.memory import runs_within
+
 FP16_MAX = 65504.0
 FP16_MIN_NORMAL = 2.0**-14  # below this FP16 loses precision (subnormal)
 FP16_ZERO_BELOW = 2.0**-25  # below this a value rounds to zero in FP16
@@ -248,7 +250,7 @@ def finished_f32_many(tensors: list[list[np.ndarray]]) -> list[Optional[dict]]:
     out: list[Optional[dict]] = [None] * len(tensors)
     picked = [k for k, s in enumerate(tensors) if s and all(a.dtype == np.float32 and a.size for a in s)]
     with np.errstate(invalid="ignore", over="ignore"):  # sums of segments with Inf: dropped below
-        for chunk in _chunks(tensors, picked):
+        for chunk in runs_within(picked, lambda k: sum(a.size for a in tensors[k]), BATCH_ELEMENTS):
             _f32_many(tensors, chunk, out)
     return out
 
@@ -259,22 +261,6 @@ def finished_f32_many(tensors: list[list[np.ndarray]]) -> list[Optional[dict]]:
 # (peak RSS 3.9 GB under --max-memory 2G); per batch of 4M elements they take ~160 MB
 # whatever the group's size, and the figures are the same (each tensor is summed alone).
 BATCH_ELEMENTS = 1 << 22
-
-
-def _chunks(tensors: list[list[np.ndarray]], picked: list[int]):
-    """`picked` cut into runs of whole tensors of at most BATCH_ELEMENTS elements
-    (a bigger tensor alone in its run)."""
-    run: list[int] = []
-    used = 0
-    for k in picked:
-        n = sum(a.size for a in tensors[k])
-        if run and used + n > BATCH_ELEMENTS:
-            yield run
-            run, used = [], 0
-        run.append(k)
-        used += n
-    if run:
-        yield run
 
 
 def _f32_many(tensors: list[list[np.ndarray]], picked: list[int], out: list[Optional[dict]]) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from bisect_tui.core.memory import runs_within
 from bisect_tui.core.metrics.catalog import Sums, figures
 from bisect_tui.core.metrics.histograms import hist_dict
 
@@ -40,7 +41,7 @@ def compare_many(
             if r.shape == t.shape and r.dtype.kind == "f" and t.dtype.kind == "f"
             and 0 < r.size <= MANY_MAX_ELEMENTS]
     with np.errstate(over="ignore", invalid="ignore"):  # the pairs that overflow are left out below
-        for batch in _batches(pairs, take):
+        for batch in runs_within(take, lambda i: pairs[i][0].size, BATCH_ELEMENTS):
             _compare_many(pairs, batch, out, rel_floor, allclose)
     return out
 
@@ -50,21 +51,6 @@ def compare_many(
 # one pass and peaked at 7.5 GB under --max-memory 2G; per 2M elements a pass holds
 # ~330 MB whatever the graph, with the same figures (each pair is its own segment).
 BATCH_ELEMENTS = 1 << 21
-
-
-def _batches(pairs, take: list[int]):
-    """`take` cut into runs of at most BATCH_ELEMENTS elements (each pair whole)."""
-    run: list[int] = []
-    used = 0
-    for i in take:
-        n = pairs[i][0].size
-        if run and used + n > BATCH_ELEMENTS:
-            yield run
-            run, used = [], 0
-        run.append(i)
-        used += n
-    if run:
-        yield run
 
 
 def _compare_many(pairs, take, out, rel_floor, allclose):
