@@ -210,7 +210,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         return _main(given)
     finally:
-        startup_gc.resume()  # paused by run() for a check or bisect (startup_gc.py)
+        startup_gc.resume()  # paused by entry() for a check or bisect (startup_gc.py)
 
 
 def _main(given: list[str]) -> int:

@@ -363,7 +363,6 @@ def main(argv: list[str]) -> int:
     import numpy as np
 
     from bisect_tui.core import startup_gc
-
     from bisect_tui.core.groups import run_groups
     from bisect_tui.core.inputs import InputSet
     from bisect_tui.core.session import Session

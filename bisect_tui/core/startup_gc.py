@@ -21,13 +21,14 @@ from __future__ import annotations
 
 import gc
 
-_PAUSED = []
+_paused = False
 
 
 def pause() -> None:
+    global _paused
     if gc.isenabled():
         gc.disable()
-        _PAUSED.append(True)
+        _paused = True
 
 
 # After the imports: a young generation of 50,000 objects (700 by default) and fewer
@@ -40,14 +41,16 @@ THRESHOLDS = (50_000, 20, 20)
 
 
 def imports_done() -> None:
-    if _PAUSED:
-        _PAUSED.clear()
+    global _paused
+    if _paused:
+        _paused = False
         gc.freeze()
         gc.set_threshold(*THRESHOLDS)
         gc.enable()
 
 
 def resume() -> None:
-    if _PAUSED:
-        _PAUSED.clear()
+    global _paused
+    if _paused:
+        _paused = False
         gc.enable()
