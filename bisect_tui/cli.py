@@ -11,6 +11,8 @@ Exit codes (also in docs/check.md):
   70 internal error: a bug in bisect-tui, never a verdict (one line naming the
      log file with the traceback, in <session>/log/)
   130 interrupted (Ctrl-C or SIGTERM); rerun the same command to resume
+  141 the output was closed (`bisect-tui bisect ... | head`): the run stopped
+      there, the session keeps what was done; rerun the same command to resume
 
 Heavy libraries (the engines', textual) are imported only inside commands so
 `--help` stays instant.
@@ -52,7 +54,7 @@ def __getattr__(name: str):
 EPILOG = """exit codes: 0 within tolerance / nothing to find, 1 tolerance broken / culprits found,
 2 usage or bad input, 3 baseline not deterministic, 4 NaN/Inf in the baseline,
 5 environment fault (disk full, permission), 6 bisect: the engine cannot build or run the model at all,
-70 internal error (a bug, see the log), 130 interrupted"""
+70 internal error (a bug, see the log), 130 interrupted, 141 the output was closed (| head)"""
 
 def build_parser() -> argparse.ArgumentParser:
     from bisect_tui import compare_cli
@@ -250,6 +252,9 @@ def _main(given: list[str]) -> int:
               file=sys.stderr)
         return int(ExitCode.CANCELLED)
     except Exception as exc:
+        if isinstance(exc, BrokenPipeError) and _output_closed():
+            # the user's `| head`, not one of our own pipes (a worker's, the second run's: a bug, below)
+            return _output_was_closed()
         fault = environment_fault(exc)
         if fault is not None:
             print(f"bisect-tui: error: {fault}", file=sys.stderr)
@@ -275,6 +280,39 @@ def _main(given: list[str]) -> int:
             print(term(said, keep_newlines=True), file=sys.stderr)
         safepath.release_session_temp(root)
         del _session._ACTIVE[opened:]
+
+
+def _output_closed() -> bool:
+    """Our stdout is a pipe whose reader has gone (poll says POLLERR or POLLHUP on it):
+    a BrokenPipeError from there is the user's `| head`, not one of our own pipes."""
+    import select
+
+    try:
+        fd = sys.stdout.fileno()
+        p = select.poll()
+        p.register(fd, select.POLLOUT)
+        return any(ev & (select.POLLERR | select.POLLHUP) for _, ev in p.poll(0))
+    except (AttributeError, OSError, ValueError):
+        return False
+
+
+def _output_was_closed() -> int:
+    """Further writes and the final flush go nowhere instead of failing again (the
+    buffered rest would raise at exit); one line on stderr where it still reads."""
+    from bisect_tui.core.errors import ExitCode
+
+    try:
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, sys.stdout.fileno())
+        os.close(null)
+    except (AttributeError, OSError, ValueError):
+        pass
+    try:
+        print("bisect-tui: the output was closed (the command reading it exited); stopped here, the "
+              "session keeps what was done: rerun the same command to resume", file=sys.stderr)
+    except (OSError, ValueError):
+        pass
+    return int(ExitCode.OUTPUT_CLOSED)
 
 
 def _prestart_early(argv: Sequence[str]) -> None:

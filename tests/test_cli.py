@@ -127,6 +127,54 @@ def test_bad_input_has_no_traceback_in_a_real_process(tmp_path):
     assert not (tmp_path / "bisect-sessions").exists()
 
 
+def test_closed_output_is_not_an_internal_error_and_the_session_resumes(samples, tmp_path):
+    """`bisect-tui check ... | head`: the reader goes away and the next write raises
+    BrokenPipeError. That is the user's pipe, not a bug: exit 141 (128 + SIGPIPE), one
+    line, no crash log, and the rerun reuses what was done."""
+    sess = tmp_path / "s"
+    argv = [sys.executable, "-m", "bisect_tui", "check", str(samples / "transformer_block.onnx"),
+            "--session", str(sess)]
+    p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path)
+    p.stdout.close()  # the reader exits before the first line
+    err = p.stderr.read()
+    assert p.wait(timeout=300) == 141, err
+    assert err.strip().splitlines()[-1].startswith("bisect-tui: the output was closed"), err
+    assert "Traceback" not in err and "internal error" not in err
+    assert not (sess / "log").exists() or not list((sess / "log").glob("crash-*"))
+    assert (sess / "baseline").is_dir()
+    again = subprocess.run(argv, capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    assert again.returncode == 0, again.stderr
+    assert "(reused)" in again.stdout
+
+
+def test_a_broken_pipe_of_our_own_is_still_an_internal_error(tmp_path, capsys, monkeypatch):
+    """A BrokenPipeError while our stdout is fine (a worker's pipe, the second run's) is a bug."""
+    from bisect_tui import commands
+
+    def broken(args):
+        raise BrokenPipeError(32, "Broken pipe")
+
+    monkeypatch.setattr(commands, "cmd_sessions", broken)
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    code = main(["sessions"])
+    err = capsys.readouterr().err
+    assert code == 70 and "internal error (BrokenPipeError" in err, err
+
+
+def test_output_closed_reads_the_pipe_itself(monkeypatch):
+    """Only a stdout whose reader has gone counts as closed; an open pipe does not."""
+    import os
+
+    from bisect_tui.cli import _output_closed
+
+    r, w = os.pipe()
+    with os.fdopen(w, "w") as out:
+        monkeypatch.setattr(sys, "stdout", out)
+        assert _output_closed() is False
+        os.close(r)
+        assert _output_closed() is True
+
+
 def test_nan_in_baseline_exits_4(tmp_path, capsys):
     nodes = [onnx.helper.make_node("Log", ["x"], ["y"], name="log")]
     p = tmp_path / "log.onnx"

@@ -24,6 +24,7 @@ class ExitCode(enum.IntEnum):
     ENGINE = 6  # bisect: the engine under test cannot build or run the model at all (nothing to blame)
     INTERNAL = 70  # a bug in bisect-tui (traceback in the session's log), never a verdict
     CANCELLED = 130  # interrupted by the user; the session directory can be resumed
+    OUTPUT_CLOSED = 141  # what reads our output went away (`| head`): 128 + SIGPIPE, as the shell shows it
 
 
 class UserError(Exception):
