@@ -282,36 +282,48 @@ def _main(given: list[str]) -> int:
         del _session._ACTIVE[opened:]
 
 
-def _output_closed() -> bool:
-    """Our stdout is a pipe whose reader has gone (poll says POLLERR or POLLHUP on it):
-    a BrokenPipeError from there is the user's `| head`, not one of our own pipes."""
+def _closed_streams() -> list:
+    """Our stdout and stderr among those that are pipes whose reader has gone (poll
+    says POLLERR or POLLHUP): a BrokenPipeError from there is the user's `| head`,
+    not one of our own pipes."""
     import select
 
-    try:
-        fd = sys.stdout.fileno()
-        p = select.poll()
-        p.register(fd, select.POLLOUT)
-        return any(ev & (select.POLLERR | select.POLLHUP) for _, ev in p.poll(0))
-    except (AttributeError, OSError, ValueError):
-        return False
+    out = []
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            p = select.poll()
+            p.register(stream.fileno(), select.POLLOUT)
+            if any(ev & (select.POLLERR | select.POLLHUP) for _, ev in p.poll(0)):
+                out.append(stream)
+        except (AttributeError, OSError, ValueError):
+            pass
+    return out
+
+
+def _output_closed() -> bool:
+    return bool(_closed_streams())
 
 
 def _output_was_closed() -> int:
-    """Further writes and the final flush go nowhere instead of failing again (the
-    buffered rest would raise at exit); one line on stderr where it still reads."""
+    """Further writes and the final flush of a closed stream go nowhere instead of
+    failing again (the buffered rest would raise at exit); one line on stderr
+    where it still reads."""
     from bisect_tui.core.errors import ExitCode
 
-    try:
-        null = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(null, sys.stdout.fileno())
-        os.close(null)
-    except (AttributeError, OSError, ValueError):
-        pass
-    try:
-        print("bisect-tui: the output was closed (the command reading it exited); stopped here, the "
-              "session keeps what was done: rerun the same command to resume", file=sys.stderr)
-    except (OSError, ValueError):
-        pass
+    closed = _closed_streams()
+    for stream in closed:
+        try:
+            null = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(null, stream.fileno())
+            os.close(null)
+        except (AttributeError, OSError, ValueError):
+            pass
+    if sys.stderr not in closed:
+        try:
+            print("bisect-tui: the output was closed (the command reading it exited); stopped here, the "
+                  "session keeps what was done: rerun the same command to resume", file=sys.stderr)
+        except (OSError, ValueError):
+            pass
     return int(ExitCode.OUTPUT_CLOSED)
 
 

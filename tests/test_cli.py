@@ -136,7 +136,8 @@ def test_closed_output_is_not_an_internal_error_and_the_session_resumes(samples,
             "--session", str(sess)]
     p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path)
     p.stdout.close()  # the reader exits before the first line
-    err = p.stderr.read()
+    with p.stderr:
+        err = p.stderr.read()
     assert p.wait(timeout=300) == 141, err
     assert err.strip().splitlines()[-1].startswith("bisect-tui: the output was closed"), err
     assert "Traceback" not in err and "internal error" not in err
@@ -173,6 +174,19 @@ def test_output_closed_reads_the_pipe_itself(monkeypatch):
         assert _output_closed() is False
         os.close(r)
         assert _output_closed() is True
+
+
+def test_closed_stderr_counts_as_closed_output(samples, tmp_path):
+    """`2>&1 | head` closes both; `2>(head -1)` closes only stderr, where the progress goes."""
+    argv = [sys.executable, "-m", "bisect_tui", "check", str(samples / "transformer_block.onnx"),
+            "--session", str(tmp_path / "s")]
+    p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=tmp_path)
+    p.stderr.close()
+    with p.stdout:
+        out = p.stdout.read()
+    assert p.wait(timeout=300) == 141, out
+    assert b"Traceback" not in out
+    assert not list((tmp_path / "s").glob("log/crash-*"))
 
 
 def test_nan_in_baseline_exits_4(tmp_path, capsys):

@@ -106,6 +106,7 @@ class _Checker:
     def close(self):
         self.proc.stdin.close()
         self.proc.wait(60)
+        self.proc.stdout.close()  # else the interpreter's exit warns of an unclosed file
 
 
 @pytest.fixture(scope="module", autouse=True)
