@@ -252,9 +252,10 @@ def _main(given: list[str]) -> int:
               file=sys.stderr)
         return int(ExitCode.CANCELLED)
     except Exception as exc:
-        if isinstance(exc, BrokenPipeError) and _output_closed():
-            # the user's `| head`, not one of our own pipes (a worker's, the second run's: a bug, below)
-            return _output_was_closed()
+        closed = _closed_streams() if isinstance(exc, BrokenPipeError) else []
+        if closed:  # the user's `| head`, not one of our own pipes (a worker's, the second run's: a bug, below)
+            _quiet_closed(closed)
+            return int(ExitCode.OUTPUT_CLOSED)
         fault = environment_fault(exc)
         if fault is not None:
             print(f"bisect-tui: error: {fault}", file=sys.stderr)
@@ -300,17 +301,10 @@ def _closed_streams() -> list:
     return out
 
 
-def _output_closed() -> bool:
-    return bool(_closed_streams())
-
-
-def _output_was_closed() -> int:
+def _quiet_closed(closed: list) -> None:
     """Further writes and the final flush of a closed stream go nowhere instead of
     failing again (the buffered rest would raise at exit); one line on stderr
     where it still reads."""
-    from bisect_tui.core.errors import ExitCode
-
-    closed = _closed_streams()
     for stream in closed:
         try:
             null = os.open(os.devnull, os.O_WRONLY)
@@ -324,7 +318,6 @@ def _output_was_closed() -> int:
                   "session keeps what was done: rerun the same command to resume", file=sys.stderr)
         except (OSError, ValueError):
             pass
-    return int(ExitCode.OUTPUT_CLOSED)
 
 
 def _prestart_early(argv: Sequence[str]) -> None:

@@ -166,14 +166,14 @@ def test_output_closed_reads_the_pipe_itself(monkeypatch):
     """Only a stdout whose reader has gone counts as closed; an open pipe does not."""
     import os
 
-    from bisect_tui.cli import _output_closed
+    from bisect_tui.cli import _closed_streams
 
     r, w = os.pipe()
     with os.fdopen(w, "w") as out:
         monkeypatch.setattr(sys, "stdout", out)
-        assert _output_closed() is False
+        assert out not in _closed_streams()
         os.close(r)
-        assert _output_closed() is True
+        assert out in _closed_streams()
 
 
 def test_closed_stderr_counts_as_closed_output(samples, tmp_path):
