@@ -1,0 +1,47 @@
+"""bench/speed_floor.py's premises on the real engine: the five whole-graph builds it
+counts as the answer's floor are the configurations the answer needs. If ONNX Runtime
+stops fusing the keepdims=0 LayerNorm (or starts fusing it right), the floor no
+longer describes the answer and this fails, instead of the bench quietly printing a
+bound for the wrong builds."""
+
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+import onnx
+
+from testlib import REPO
+
+sys.path.insert(0, str(REPO / "bench"))
+import speed_floor  # noqa: E402
+from scale_models import two_culprit_stack  # noqa: E402
+
+
+def test_the_floor_measures_the_builds_the_answer_needs(tmp_path):
+    model, expected = two_culprit_stack(10, 6)
+    path = tmp_path / "ln0_150.onnx"
+    onnx.save(model, str(path))
+    inputs = tmp_path / "x.npz"
+    np.savez(inputs, x=np.random.default_rng(0).standard_normal((1, 16, 16)).astype(np.float32))
+
+    outs, cpu = {}, {}
+    for k, (label, spec) in enumerate(speed_floor.pieces(path, inputs, expected)):
+        spec["save"] = str(tmp_path / f"out_{k}.npy")
+        got = speed_floor.measure(spec)
+        assert got["piece"] >= 0 and got["imports"] > 0
+        cpu[label] = got["piece"]
+        if spec["kind"] == "ort":
+            outs[label] = np.load(spec["save"])
+    labels = list(outs)
+    golden = outs[labels[0]]  # the unfused dump
+    ok = {lab: bool(np.allclose(o, golden, atol=1e-4, rtol=1e-4)) for lab, o in outs.items()}
+    assert [ok[lab] for lab in labels] == [True, True, False, False, True, True, True], ok
+    assert labels[2].startswith("1 user's engine") and labels[3].startswith("2 LayerNormFusionL1")
+    # the held culprits are marked tensors: 9 nodes of culprit 1, 6 of culprit 2
+    specs = dict(speed_floor.pieces(path, inputs, expected))
+    assert len(specs["3 culprit 1 held, the rest fused"]["marks"]) == 9
+    assert len(specs["5 L1 disabled, culprit 2 held"]["marks"]) == 6
+    assert specs["4 both passes disabled (workaround)"]["disabled"] == ["LayerNormFusionL1",
+                                                                       "SimplifiedLayerNormFusion"]
+    assert set(cpu) == set(specs)
