@@ -229,6 +229,16 @@ def dump_throughput(tmp: Path) -> dict:
 SPIN = "import time\nt = time.perf_counter()\nfor i in range(6_000_000): pass\nprint(time.perf_counter() - t)\n"
 
 
+def model_and_inputs(name: str, tmp: Path) -> tuple[Path, dict, Path]:
+    """The scale model `name` saved in `tmp`, its build info and its seeded inputs (.npz)."""
+    model = tmp / f"{name}.onnx"
+    info = build(name, model)
+    inputs = tmp / f"{name}_x.npz"
+    rng = np.random.default_rng(0)
+    np.savez(inputs, **{k: rng.standard_normal(v).astype(np.float32) for k, v in info["input"].items()})
+    return model, info, inputs
+
+
 def cores_free() -> float:
     """How many cores two CPU-bound processes get right now (2.0 on an idle two-core
     machine, about 1.0 when others keep one busy): what N workers can gain at most."""
@@ -285,11 +295,7 @@ def main() -> int:
         wanted = {"w1": "bt_w1_k1", "wN": f"bt_w{n}_k{n}", "np1": f"np_w1_k{n}", "npN": f"np_w{n}_k{n}"}
         keep = {wanted[k.strip()] for k in args.rows.split(",") if k.strip()} or set(wanted.values())
         for name in names:
-            model = tmp / f"{name}.onnx"
-            info = build(name, model)
-            inputs = tmp / f"{name}_x.npz"
-            rng = np.random.default_rng(0)
-            np.savez(inputs, **{k: rng.standard_normal(v).astype(np.float32) for k, v in info["input"].items()})
+            model, info, inputs = model_and_inputs(name, tmp)
             free = cores_free()
             print(f"{name} ({info['nodes']} nodes), cores free for 2 processes {free}:", end=" ", flush=True)
             r = {}

@@ -57,7 +57,7 @@ sys.path.insert(0, str(HERE))
 
 import bisect_vs_debug_reduce as peer  # noqa: E402
 import speed_at_scale as scale  # noqa: E402
-from scale_models import HUGE, build  # noqa: E402
+from scale_models import HUGE  # noqa: E402
 
 # One piece, in a fresh interpreter: prints the process CPU seconds of the piece
 # alone ("piece") and of the interpreter and imports before it ("imports").
@@ -163,11 +163,7 @@ def main() -> int:
                                              + scale.CHECK)
         names = [m.strip() for m in args.models.split(",") if m.strip()] + (list(HUGE) if args.huge else [])
         for name in names:
-            model = tmp / f"{name}.onnx"
-            info = build(name, model)
-            inputs = tmp / f"{name}_x.npz"
-            rng = np.random.default_rng(0)
-            np.savez(inputs, **{k: rng.standard_normal(v).astype(np.float32) for k, v in info["input"].items()})
+            model, info, inputs = scale.model_and_inputs(name, tmp)
             rows, imports = [], []
             golden = None
             for k, (label, spec) in enumerate(pieces(model, inputs, info["expected"])):
