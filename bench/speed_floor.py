@@ -11,7 +11,7 @@ does not depend on our implementation:
 
 - the baseline dump: one ORT_DISABLE_ALL session with every tensor marked, run once;
 - the determinism check's second run: the same in a fresh process, imports included
-  (a second run inside the same process cannot see unseeded random ops; core/second_run.py);
+  (a second run inside the same process can miss unseeded random ops; core/second_run.py);
 - the float64 truth of the whole model (onnx.reference, as the arbiter computes it);
 - five whole-graph builds at ORT_ENABLE_ALL, each run once:
   1. the user's engine (the check);
