@@ -6,8 +6,9 @@ Why it is here: issue 24 asks for 10x less wall time than debug reduce at every
 size up to 20,000+ nodes with the same answer: both culprits, the pass of each,
 `exposed_by`, the proven workaround and the float64 evidence. Part of that
 answer is engine work no scheduling can avoid. This script measures only that
-part, with plain ONNX Runtime calls and none of bisect-tui's code, so the bound
-does not depend on our implementation:
+part, with plain ONNX Runtime calls (and, for the float64 truth, the arbiter's
+own float64 copy of the model), so the bound does not depend on how our search
+is implemented:
 
 - the baseline dump: one ORT_DISABLE_ALL session with every tensor marked, run once;
 - the determinism check's second run: the same in a fresh process, imports included
@@ -73,16 +74,9 @@ model = onnx.load(spec["model"])
 x = dict(np.load(spec["inputs"]))
 t0 = cpu()
 if spec["kind"] == "float64":
-    from onnx import numpy_helper
     from onnx.reference import ReferenceEvaluator
-    g = model.graph
-    for i, t in enumerate(list(g.initializer)):
-        if t.data_type == onnx.TensorProto.FLOAT:
-            g.initializer[i].CopyFrom(numpy_helper.from_array(numpy_helper.to_array(t).astype(np.float64), t.name))
-    for v in list(g.input) + list(g.output):
-        v.type.tensor_type.elem_type = onnx.TensorProto.DOUBLE
-    del g.value_info[:]
-    ReferenceEvaluator(model).run(None, {k: v.astype(np.float64) for k, v in x.items()})
+    from bisect_tui.core.reference import to_float64  # the arbiter's own float64 copy of the model
+    ReferenceEvaluator(to_float64(model)).run(None, {k: v.astype(np.float64) for k, v in x.items()})
 else:
     have = {o.name for o in model.graph.output}
     for name in spec["marks"]:
@@ -111,23 +105,26 @@ def pieces(model_path: Path, inputs: Path, expected: list[list[str]]) -> list[tu
     held2 = [o for n in expected[1] for o in produced[n]]
     base = {"model": str(model_path), "inputs": str(inputs)}
     l1, both = ["LayerNormFusionL1"], ["LayerNormFusionL1", "SimplifiedLayerNormFusion"]
+
+    def ort(level: str, marks: list[str] = (), disabled: list[str] = (), **extra) -> dict:
+        return {**base, "kind": "ort", "level": f"ORT_{level}_ALL", "marks": list(marks),
+                "disabled": list(disabled), **extra}
+
     return [
-        ("baseline dump (unfused, every tensor marked)", {**base, "kind": "ort", "level": "ORT_DISABLE_ALL",
-                                                          "marks": every, "disabled": []}),
-        ("determinism second run (fresh process)", {**base, "kind": "ort", "level": "ORT_DISABLE_ALL",
-                                                    "marks": every, "disabled": [], "fresh": True}),
+        ("baseline dump (unfused, every tensor marked)", ort("DISABLE", every)),
+        ("determinism second run (fresh process)", ort("DISABLE", every, fresh=True)),
         ("float64 truth of the whole model", {**base, "kind": "float64"}),
-        ("1 user's engine (the check)", {**base, "kind": "ort", "level": "ORT_ENABLE_ALL", "marks": [],
-                                         "disabled": []}),
-        ("2 LayerNormFusionL1 disabled", {**base, "kind": "ort", "level": "ORT_ENABLE_ALL", "marks": [],
-                                          "disabled": l1}),
-        ("3 culprit 1 held, the rest fused", {**base, "kind": "ort", "level": "ORT_ENABLE_ALL", "marks": held1,
-                                              "disabled": []}),
-        ("4 both passes disabled (workaround)", {**base, "kind": "ort", "level": "ORT_ENABLE_ALL", "marks": [],
-                                                 "disabled": both}),
-        ("5 L1 disabled, culprit 2 held", {**base, "kind": "ort", "level": "ORT_ENABLE_ALL", "marks": held2,
-                                           "disabled": l1}),
+        ("1 user's engine (the check)", ort("ENABLE")),
+        ("2 LayerNormFusionL1 disabled", ort("ENABLE", disabled=l1)),
+        ("3 culprit 1 held, the rest fused", ort("ENABLE", held1)),
+        ("4 both passes disabled (workaround)", ort("ENABLE", disabled=both)),
+        ("5 L1 disabled, culprit 2 held", ort("ENABLE", held2, l1)),
     ]
+
+
+def judge(out: np.ndarray, unfused: np.ndarray) -> tuple[bool, float]:
+    """A build's output against the unfused dump's at the fp32 tolerance: (passed, max_abs)."""
+    return bool(np.allclose(out, unfused, atol=1e-4, rtol=1e-4)), float(np.max(np.abs(out - unfused)))
 
 
 def measure(spec: dict) -> dict:
@@ -165,7 +162,7 @@ def main() -> int:
         for name in names:
             model, info, inputs = scale.model_and_inputs(name, tmp)
             rows, imports = [], []
-            golden = None
+            unfused = None
             for k, (label, spec) in enumerate(pieces(model, inputs, info["expected"])):
                 spec["save"] = str(tmp / f"out_{k}.npy")
                 got = sorted((measure(spec) for _ in range(max(1, args.repeat))), key=lambda g: g["piece"])
@@ -177,9 +174,9 @@ def main() -> int:
                 verdict = ""
                 if spec["kind"] == "ort":
                     out = np.load(spec["save"])
-                    golden = out if golden is None else golden
-                    ok = np.allclose(out, golden, atol=1e-4, rtol=1e-4)
-                    verdict = f"{'pass' if ok else 'FAIL'} (max_abs {float(np.max(np.abs(out - golden))):.3g})"
+                    unfused = out if unfused is None else unfused  # the first piece is the dump
+                    ok, max_abs = judge(out, unfused)
+                    verdict = f"{'pass' if ok else 'FAIL'} (max_abs {max_abs:.3g})"
                 rows.append((label, cpu, verdict))
             main_imports = sorted(imports)[len(imports) // 2]
             rows.append(("interpreter and imports of the main process", main_imports, ""))
