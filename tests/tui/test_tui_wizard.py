@@ -14,7 +14,7 @@ from bisect_tui.tui.screens.checklist import ChecklistScreen
 from bisect_tui.tui.screens.settings import SettingsScreen
 from bisect_tui.tui.widgets.common import StatusLine, StepList, WhyPanel
 from bisect_tui.tui.widgets.culprit import CulpritPanel
-from tui_helpers import EXPECTED_NODES, gelu_options, screen_text, wait_idle
+from tui_helpers import EXPECTED_NODES, gelu_options, screen_text, wait_for, wait_idle
 
 
 def prompt(app, step: str) -> str:
@@ -169,15 +169,10 @@ async def test_settings_form_breaks_and_validates(workdir):
 
 
 async def wait_for_text(pilot, needle: str, timeout: float = 10.0) -> None:
-    import asyncio
-
-    loop = asyncio.get_running_loop()
-    end = loop.time() + timeout
-    while loop.time() < end:
-        if needle in screen_text(pilot.app):
-            return
-        await pilot.pause(0.05)
-    raise AssertionError(f"{needle!r} never appeared:\n{screen_text(pilot.app)}")
+    try:
+        await wait_for(pilot, lambda: needle in screen_text(pilot.app), timeout, f"{needle!r} on screen")
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}:\n{screen_text(pilot.app)}") from None
 
 
 async def test_help_and_keys_without_escape(gelu, workdir):
