@@ -46,3 +46,43 @@ def test_the_floor_measures_the_builds_the_answer_needs(tmp_path):
     assert by_label["4 both passes disabled (workaround)"]["disabled"] == ["LayerNormFusionL1",
                                                                          "SimplifiedLayerNormFusion"]
     assert set(cpu) == set(by_label)
+
+
+def test_the_cheaper_proofs_cut_where_one_tensor_carries_the_graph(tmp_path):
+    """The cheaper proofs the bench bounds: every cut is a real separator (the parts,
+    built one by one, give the whole-graph build's output bit for bit here, since no
+    fusion of this stack crosses a block's residual) and the downstream rest proofs
+    start at the last cut before culprit 1, with its nodes still inside."""
+    model, expected = two_culprit_stack(10, 6)
+    path = tmp_path / "ln0_150.onnx"
+    onnx.save(model, str(path))
+    inputs = tmp_path / "x.npz"
+    np.savez(inputs, x=np.random.default_rng(0).standard_normal((1, 16, 16)).astype(np.float32))
+
+    seps = speed_floor.separators(model)
+    assert seps and all(t.endswith("/res:0") or t.startswith("blk") for _, t in seps)
+    at = {n.name: i for i, n in enumerate(model.graph.node)}
+    rows = speed_floor.cheaper(path, inputs, expected, 4)
+    assert [stands for *_, stands in rows] == ["2", "3", "4", "5", "3", "5"]
+    whole = dict(speed_floor.pieces(path, inputs, expected))
+    by_stand = {"2": "2 LayerNormFusionL1 disabled", "3": "3 culprit 1 held, the rest fused",
+                "4": "4 both passes disabled (workaround)", "5": "5 L1 disabled, culprit 2 held"}
+    dump = whole["baseline dump (unfused, every tensor marked)"]
+    dump["save"] = str(tmp_path / "dump.npy")
+    speed_floor.measure(dump)
+    unfused = np.load(dump["save"])
+    for k, (label, spec, stands) in enumerate(rows):
+        spec["save"] = str(tmp_path / f"cheap_{k}.npy")
+        speed_floor.measure(spec)
+        out = np.load(spec["save"])
+        w = whole[by_stand[stands]]
+        w["save"] = str(tmp_path / f"whole_{stands}.npy")
+        speed_floor.measure(w)
+        assert speed_floor.judge(out, unfused)[0] == (stands != "2"), label
+        if "start" in spec:
+            start = [i for i, t in seps if t == spec["start"]][0]
+            assert start < min(at[n] for n in expected[0])
+            assert not [i for i, t in seps if start < i < min(at[n] for n in expected[0])]
+        else:
+            assert len(spec["cuts"]) == 3
+            assert np.array_equal(out, np.load(w["save"])), label
