@@ -123,6 +123,8 @@ class Engine(Protocol):
 
     def known_passes(self) -> set[str]: ...
 
+    def builds_in_parts(self, config: EngineConfig) -> bool: ...
+
     def unknown_passes(self, names: Collection[str]) -> list[str]: ...
 
 
@@ -195,6 +197,13 @@ class EngineBase:
     def know_original(self, model_path: Path, model, index) -> None:
         """The prepared model just written to `model_path` (and its graph index),
         for engines that map builds back to it."""
+
+    def builds_in_parts(self, config: EngineConfig) -> bool:
+        """Whether a graph whose every tensor is marked, built as parts one after the
+        other (each part's inputs fed from the part before), is the same program as
+        that graph built whole (core/bisect/parts.py): no cross-node rewrite, no
+        whole-graph conversion, no device placement that a cut changes. No by default."""
+        return False
 
     def known_passes(self) -> set[str]:
         """Pass names the installed engine knows (learnt, not hard-coded)."""

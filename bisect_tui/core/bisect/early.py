@@ -51,8 +51,11 @@ def _start(triage, config: EngineConfig, marks: tuple, workdir, name: str) -> No
 
     caps = triage.engine.capabilities
     info, inputs = triage.info, triage.inputs
+    from bisect_tui.core.bisect.parts import cuts_for
+
     job = BuildJob(config=config, marks=marks, workdir=str(workdir) if workdir is not None else None,
                    want_unblocked=bool(marks) and not (caps is None or caps.marking_blocks),
+                   cuts=tuple(cuts_for(triage, config, marks)) if marks else (),
                    outputs=tuple(info.outputs), context=triage.build_context(callbacks=False))
     feeds = [inputs.feeds(k) for k in range(inputs.samples)]
     model = str(triage.session.model_path)

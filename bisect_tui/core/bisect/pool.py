@@ -75,6 +75,7 @@ class BuildJob:
     # shapes, saved inputs and cache folder of a whole-graph build (api.BuildContext,
     # without callbacks so it travels to worker processes); None for subgraphs
     context: Optional[BuildContext] = None
+    cuts: tuple[str, ...] = ()  # every tensor marked: built as parts cut at these (parts.py)
 
     def __post_init__(self):
         # the config as the session records it (entries sorted): every builder,
@@ -101,6 +102,7 @@ class BuildResult:
     files: dict = field(default_factory=dict)  # Ray: optimized-graph files built away from the session
     # the map's FusedNode objects, for a build made in this process (never sent between processes)
     fused_objs: Optional[list] = None
+    parts: int = 0  # built as this many parts (parts.py); 0: the whole graph at once
 
 
 def build_and_run(engine, model_path: str, feeds: Sequence[dict], job: BuildJob, worker: str = "main",
@@ -112,6 +114,10 @@ def build_and_run(engine, model_path: str, feeds: Sequence[dict], job: BuildJob,
     reads the graph outputs only); None keeps all."""
     from pathlib import Path
 
+    if job.cuts:  # every tensor marked: made as the graph's parts where it can be
+        from bisect_tui.core.bisect.parts import run_parts
+        if (got := run_parts(engine, model_path, feeds, job, keep)) is not None:
+            return BuildResult(outputs=got[0], parts=got[1], seconds=got[2], worker=worker)
     t0 = time.perf_counter()
     res = BuildResult(worker=worker)
     config = job.config

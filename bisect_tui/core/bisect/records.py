@@ -58,8 +58,10 @@ class Step:
     subgraph: Optional[bool] = None
     # judge.elementwise_ratio: the figure steps are compared by in the tables
     elementwise_ratio: Optional[float] = None
+    # the whole graph built as this many parts (every tensor marked: parts.py)
+    parts: Optional[int] = None
 
-    _OPTIONAL = ("unblocked", "worker", "round_size", "subgraph", "elementwise_ratio")
+    _OPTIONAL = ("unblocked", "worker", "round_size", "subgraph", "elementwise_ratio", "parts")
 
     def to_json(self) -> dict:
         d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}

@@ -51,7 +51,8 @@ class BuildScheduler:
                  engine_dir: Callable[[EngineConfig], Path] = lambda config: Path("."),
                  concurrent: bool = False, fanout: int = 1,
                  early: Callable[[EngineConfig, tuple], Optional[Future]] = no_early_build,
-                 context=None, beside: Callable[[], bool] = lambda: True):
+                 context=None, beside: Callable[[], bool] = lambda: True,
+                 cuts: Callable[[EngineConfig, tuple], tuple] = lambda config, marks: ()):
         self.pool = pool
         self.context = context  # api.BuildContext of every whole-graph build, no callbacks
         self.outputs = tuple(outputs)
@@ -62,6 +63,7 @@ class BuildScheduler:
         self.early = early
         # whether one more build fits in memory beside the one running (core/bisect/limits.py)
         self.beside = beside
+        self.cuts = cuts  # where a build marking every tensor may be cut into parts (parts.py)
         self._prefetched: dict[str, Future] = {}  # step key -> Future of [BuildResult]
 
     @property
@@ -73,7 +75,8 @@ class BuildScheduler:
         return BuildJob(config=plan.config, marks=tuple(plan.marks),
                         workdir=str(workdir) if workdir is not None else None,
                         want_unblocked=bool(plan.marks) and not self.marking_blocks,
-                        outputs=self.outputs, context=self.context)
+                        outputs=self.outputs, context=self.context,
+                        cuts=tuple(self.cuts(plan.config, tuple(plan.marks))) if plan.marks else ())
 
     def can_prefetch(self) -> bool:
         """A build beside the search's work: an engine with concurrent builds, and

@@ -13,7 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Optional
 
-from bisect_tui.core.bisect import early
+from bisect_tui.core.bisect import early, parts
 from bisect_tui.core.bisect.judge import BuildJudge, OutputJudge
 from bisect_tui.core.bisect.records import Step
 from bisect_tui.core.bisect.scheduler import BuildScheduler
@@ -58,7 +58,8 @@ class Bisector(Search):
             self.pool, outputs=tuple(triage.info.outputs), marking_blocks=caps is None or caps.marking_blocks,
             engine_dir=self.engine_dir, concurrent=bool(getattr(caps, "concurrent_builds", False)),
             fanout=max(1, int(fanout)), early=lambda cfg, marks: early.take(triage, cfg, marks),
-            context=triage.build_context(callbacks=False), beside=lambda: builds_beside_fit(triage))
+            context=triage.build_context(callbacks=False), beside=lambda: builds_beside_fit(triage),
+            cuts=lambda cfg, marks: parts.cuts_for(triage, cfg, marks))
         self.judge = OutputJudge.for_triage(triage)
         # the config is not in it: each step's key has its own, so a build two fixpoint
         # rounds both ask for (one round's attribution, the next round's full engine) is one

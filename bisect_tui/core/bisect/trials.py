@@ -30,6 +30,11 @@ from bisect_tui.core.session import stable_key
 from bisect_tui.api import DISABLED_KEY, EngineConfig, FusedNode
 
 
+
+def parted_region(region: str, parts: Optional[int]) -> str:
+    """The region a step shows: "whole graph, in 3 parts" for a build made as parts (parts.py)."""
+    return f"{region}, in {parts} parts" if parts else region
+
 @dataclass
 class Candidate:
     """One build a search round asks for (see `Trials.evaluate_many`)."""
@@ -146,7 +151,8 @@ class Trials:
         rec = self.store.recorded(p.key)
         if rec is None:
             return None
-        step = Step.from_json(rec, n=self.store.next_n, kind=p.kind, region=p.region, enabled=list(p.ids),
+        step = Step.from_json(rec, n=self.store.next_n, kind=p.kind, region=parted_region(p.region, rec.get("parts")),
+                              enabled=list(p.ids),
                               cached=True, builds=self.builds)
         self._report(self.store.add(step))
         return step
@@ -201,12 +207,14 @@ class Trials:
                 self._maps[p.key] = (fused_objs, optimized)  # fused_map reads no file back this run
             self.builds += 1
             step = Step(
-                n=self.store.next_n, kind=p.kind, region=p.region, enabled=list(p.ids),
+                n=self.store.next_n, kind=p.kind, region=parted_region(p.region, res.parts),
+                enabled=list(p.ids),
                 config=step_config(p.config), marks=len(p.marks), passed=j.passed, ratio=finite(j.ratio),
                 max_abs=finite(j.max_abs), summary=j.summary, elementwise_ratio=_elementwise(j), builds=self.builds, cached=False,
                 seconds=res.seconds, fused_in_build=fused_count, key=p.key,
                 optimized=optimized, error_kind=res.error_kind, error=res.error, unblocked=res.unblocked,
                 worker=res.worker, round_size=len(plans) if len(plans) > 1 else None,
+                parts=res.parts or None,
             )
             self.record(step)
             out[i] = step

@@ -168,6 +168,12 @@ class OrtEngine(EngineBase):
         owned by the result when no `workdir` is given). ORT needs no context."""
         return build_session(model_path, config, marked, workdir)
 
+    def builds_in_parts(self, config: EngineConfig) -> bool:
+        """On the CPU provider in FP32: each node is a kernel of its own once every
+        tensor is marked, and nothing is placed on a device or converted as a whole
+        (the FP16 conversion and other providers' partitioning see the whole graph)."""
+        return config.precision == "fp32" and providers_of(config) == (CPU_PROVIDER,)
+
     def known_passes(self) -> set[str]:
         return set(known_optimizers())
 

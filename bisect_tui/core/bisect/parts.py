@@ -1,0 +1,168 @@
+""""All fusions blocked" built as the graph's parts, one after the other.
+
+Why: the search's control, the engine with every tensor marked, is a whole-graph
+build, and an engine's build cost can grow faster than the graph (one engine's
+fusion names each node it adds by a search of every node: docs/benchmarks.md,
+fourth pass). With every tensor marked no fusion crosses any tensor, so
+cutting the graph where one tensor carries all that the rest reads from above (a
+separator) and building each part alone makes the same marked graph in pieces,
+each cheaper: 4.69 against 1.96 CPU-s at 21,000 nodes and 0.52 against 0.35 at
+5,100, bit-identical outputs (bench/speed_floor.py, sixth pass). Only for builds
+whose every tensor is marked, on engines that say the parts are the same program
+(`Engine.builds_in_parts`): a build with any fusion left could lose one that
+crosses a cut. Each part is built, run on every sample and closed before the next,
+so one part's session is alive at a time. A part the engine fails on gives way to
+the whole graph: a verdict about the engine is made on the graph the user runs.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from typing import Optional, Sequence
+
+import numpy as np
+import onnx
+
+from bisect_tui.core.graph import GraphIndex
+
+# about this many nodes a part; graphs under two parts' worth are built whole (the
+# saving is in the build's faster-than-linear cost, which small graphs do not pay)
+PART_NODES = 2500
+
+
+def plan_cuts(index: GraphIndex, part_nodes: Optional[int] = None) -> tuple[str, ...]:
+    """Separators near every `part_nodes`-th node, in topological order; () for a
+    graph too small to gain or without separators (every tensor there is read
+    across the whole graph, as an attention mask fed to every layer is not: graph
+    inputs are fed to every part that reads them)."""
+    size = part_nodes or PART_NODES
+    nodes = index.nodes
+    if len(nodes) < 2 * size:
+        return ()
+    uses: dict[str, int] = {}
+    for n in nodes:
+        for t in index.inputs.get(n.name, ()):
+            if t in index.producer:
+                uses[t] = uses.get(t, 0) + 1
+    outs = set(index.graph_outputs)
+    live: set[str] = set()
+    seps: list[tuple[int, str]] = []
+    for i, n in enumerate(nodes[:-1]):
+        for t in index.inputs.get(n.name, ()):
+            if t in uses:
+                uses[t] -= 1
+                if not uses[t] and t not in outs:
+                    live.discard(t)
+        live.update(o for o in n.output if o and (uses.get(o) or o in outs))
+        if len(live) == 1:
+            (t,) = live
+            if t not in outs:
+                seps.append((i, t))
+    if not seps:
+        return ()
+    cuts: list[str] = []
+    want = size
+    for i, t in seps:
+        if i + 1 >= want and len(nodes) - (i + 1) >= size // 2:
+            cuts.append(t)
+            want = i + 1 + size
+    return tuple(cuts)
+
+
+def _parts(model: onnx.ModelProto, index: GraphIndex, cuts: Sequence[str]) -> list[list[onnx.NodeProto]]:
+    at = {index.producer[c]: k for k, c in enumerate(cuts)}
+    parts: list[list[onnx.NodeProto]] = [[]]
+    for n in index.nodes:
+        parts[-1].append(n)
+        if n.name in at:
+            parts.append([])
+    return parts
+
+
+def _part_model(model: onnx.ModelProto, nodes: list[onnx.NodeProto], inputs: list[onnx.ValueInfoProto],
+                outputs: list[str], index: GraphIndex) -> onnx.ModelProto:
+    used = {t for n in nodes for t in index.inputs.get(n.name, ())}
+    inits = [i for i in model.graph.initializer if i.name in used]
+    outs = [onnx.helper.make_value_info(o, onnx.TypeProto()) for o in outputs]
+    graph = onnx.helper.make_graph(nodes, "part", inputs, outs, inits)
+    part = onnx.helper.make_model(graph, opset_imports=model.opset_import, ir_version=model.ir_version)
+    part.functions.extend(model.functions)
+    return part
+
+
+def _typed(name: str, a: np.ndarray) -> onnx.ValueInfoProto:
+    return onnx.helper.make_tensor_value_info(name, onnx.helper.np_dtype_to_tensor_dtype(a.dtype), list(a.shape))
+
+
+def run_parts(engine, model_path: str, feeds: Sequence[dict], job, keep):
+    """pool.build_and_run's work for a job with `cuts`: (the outputs of each sample,
+    the number of parts, seconds); None when a part failed (the caller then builds
+    the whole graph)."""
+    from bisect_tui.api import EngineBuildError
+
+    t0 = time.perf_counter()
+    model = onnx.load(model_path)
+    index = GraphIndex.build(model)
+    cuts = [c for c in job.cuts if c in index.producer]
+    if len(cuts) != len(job.cuts):
+        return None  # not this model's tensors: built whole
+    parts = _parts(model, index, cuts)
+    marks = set(job.marks)
+    graph_inputs = {i.name: i for i in model.graph.input}
+    tmp = Path(tempfile.mkdtemp(prefix="parts_"))  # the session's tmp (safepath.use_session_temp)
+    carried: list[dict[str, np.ndarray]] = [dict(f) for f in feeds]  # per sample: what the next part reads
+    final: list[dict[str, np.ndarray]] = []
+    try:
+        for k, nodes in enumerate(parts):
+            last = k == len(parts) - 1
+            reads = [t for n in nodes for t in index.inputs.get(n.name, ())]
+            ins = [graph_inputs[t] for t in dict.fromkeys(reads) if t in graph_inputs]
+            if k:
+                ins.insert(0, _typed(cuts[k - 1], carried[0][cuts[k - 1]]))
+            outputs = list(index.graph_outputs) if last else [cuts[k]]
+            part = _part_model(model, nodes, ins, outputs, index)
+            path = tmp / f"part_{k}.onnx"
+            onnx.save(part, str(path))
+            mine = [o for n in nodes for o in n.output if o and o in marks and o not in outputs]
+            try:
+                built = engine.build(path, job.config, mine, None, context=None)
+            except EngineBuildError:
+                return None
+            try:
+                names = {i.name for i in ins}
+                outs = [built.run({n: v for n, v in f.items() if n in names}, outputs) for f in carried]
+            except EngineBuildError:
+                return None
+            finally:
+                built.close()
+            if last:
+                final = outs
+            else:
+                carried = [{**{n: v for n, v in f.items() if n in graph_inputs}, cuts[k]: o[cuts[k]]}
+                           for f, o in zip(carried, outs)]
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    wanted = set(keep) if keep is not None else None
+    outputs = [{k: np.asarray(v) for k, v in o.items() if wanted is None or k in wanted} for o in final]
+    return outputs, len(parts), time.perf_counter() - t0
+
+
+def cuts_for(triage, config, marks) -> tuple[str, ...]:
+    """The cuts of a build of `config` marking `marks`: the model's when every tensor
+    is marked and the engine builds such a graph in parts as one; else ()."""
+    engine = triage.engine
+    caps = engine.capabilities
+    info = triage.info
+    if caps is None or not caps.marking_blocks or info is None or info.external:
+        return ()
+    if len(marks) < len(info.index.producer) or not getattr(engine, "builds_in_parts", lambda c: False)(config):
+        return ()
+    cached = getattr(triage, "_part_cuts", None)
+    if cached is None:
+        cached = triage._part_cuts = plan_cuts(info.index)
+    if not cached or not set(info.index.producer) <= set(marks):
+        return ()
+    return cached
