@@ -18,6 +18,7 @@ from bisect_tui.api import EngineBuildError, EngineConfig
 from bisect_tui.core.bisect import parts
 from bisect_tui.core.bisect.pool import BuildJob, build_and_run
 from bisect_tui.core.bisect.run import run_bisection
+from bisect_tui.core.bisect.units import Unit
 from bisect_tui.core.graph import GraphIndex
 from bisect_tui.core.pipeline import Triage, TriageOptions
 from bisect_tui.engines.ort.engine import OrtEngine
@@ -133,8 +134,20 @@ def test_cuts_only_when_every_tensor_is_marked_on_an_engine_that_says_so(stack, 
     every = _every_tensor(model)
     triage = SimpleNamespace(engine=OrtEngine(), info=SimpleNamespace(index=index, external=[]))
     assert parts.cuts_for(triage, EngineConfig(), every) == parts.plan_cuts(index, 60) != ()
-    assert parts.cuts_for(triage, EngineConfig(), every[1:]) == ()  # a fusion could be left
     assert parts.cuts_for(triage, EngineConfig(precision="fp16"), every) == ()  # converted as a whole
+    # a marked build (some fusions left): only at marked separators no fused node spans
+    cuts = parts.plan_cuts(index, 60)
+    assert parts.cuts_for(triage, EngineConfig(), every[1:]) == ()  # no map of the engine: whole
+    some = tuple(t for t in every if t != cuts[1])
+    got = parts.cuts_for(triage, EngineConfig(), some, units=[])
+    assert got and cuts[1] not in got and set(got) <= set(t for _, t in parts.separators(index))
+    # a fusion that keeps the cut tensor as one of its own outputs (as a SkipLayerNorm keeps
+    # the residual sum) spans it: never cut there, marked or not
+    producer = index.producer[cuts[0]]
+    consumer = index.consumers[cuts[0]][0]
+    span = Unit(0, "skip", "SkipLayerNormalization", [producer, consumer], ["X"], [cuts[0]])
+    assert cuts[0] in parts.cuts_for(triage, EngineConfig(), every[1:], units=[])
+    assert cuts[0] not in parts.cuts_for(triage, EngineConfig(), every[1:], units=[span])
     triage.info.external = [{"location": "w.bin"}]
     assert parts.cuts_for(triage, EngineConfig(), every) == ()
 
@@ -174,6 +187,11 @@ def test_a_bisection_with_the_blocked_build_in_parts_gives_the_same_answer(stack
     blocked = [s for s in parted["steps"] if s["kind"] == "all fusions blocked" and not s["cached"]]
     assert len(blocked) == 1 and blocked[0]["parts"] >= 4 and blocked[0]["passed"]
     assert blocked[0]["region"] == f"whole graph, in {blocked[0]['parts']} parts"
+    # both rounds' rest proofs (marked builds, the round's map known) in parts too; the
+    # unmarked builds (the attribution's, the workaround's) whole
+    rest = [s for s in parted["steps"] if s["kind"].endswith("remaining fusions") and not s["cached"]]
+    assert len(rest) == 2 and all(s["parts"] >= 2 and s["passed"] for s in rest), rest
+    assert all(not s.get("parts") for s in parted["steps"] if not s["marks"])
     assert not any(s.get("parts") for s in whole["steps"])
     _, _, _, expected = stack
     for res in (whole, parted):

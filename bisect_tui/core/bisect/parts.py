@@ -6,8 +6,8 @@ fusion names each node it adds by a search of every node: docs/benchmarks.md,
 fourth pass). With every tensor marked no fusion crosses any tensor, so
 cutting the graph where one tensor carries all that the rest reads from above (a
 separator) and building each part alone makes the same marked graph in pieces,
-each cheaper: 4.69 against 1.96 CPU-s at 21,000 nodes and 0.52 against 0.35 at
-5,100, bit-identical outputs (bench/speed_floor.py, sixth pass). Only for builds
+each cheaper: 3.55 against 1.27 CPU-s at 21,000 nodes in 33 parts, 0.43 against
+0.26 at 5,100 in 8, bit-identical outputs (docs/benchmarks.md, sixth pass). Only for builds
 whose every tensor is marked, on engines that say the parts are the same program
 (`Engine.builds_in_parts`): a build with any fusion left could lose one that
 crosses a cut. Each part is built, run on every sample and closed before the next,
@@ -28,20 +28,18 @@ import onnx
 
 from bisect_tui.core.graph import GraphIndex
 
-# about this many nodes a part; graphs under two parts' worth are built whole (the
-# saving is in the build's faster-than-linear cost, which small graphs do not pay)
-PART_NODES = 2500
+# about this many nodes a part; graphs under two parts' worth are built whole. The
+# blocked build of the 21,000-node stack took 2.01, 1.70, 1.18 and 1.21 CPU-s in 4, 8,
+# 32 and 64 parts (5,100 nodes: 0.36, 0.30 and 0.26 in 2, 4 and 8): the per-part cost
+# stops falling at a few hundred nodes
+PART_NODES = 640
 
 
-def plan_cuts(index: GraphIndex, part_nodes: Optional[int] = None) -> tuple[str, ...]:
-    """Separators near every `part_nodes`-th node, in topological order; () for a
-    graph too small to gain or without separators (every tensor there is read
-    across the whole graph, as an attention mask fed to every layer is not: graph
-    inputs are fed to every part that reads them)."""
-    size = part_nodes or PART_NODES
+def separators(index: GraphIndex) -> list[tuple[int, str]]:
+    """(topological index, tensor) wherever one tensor carries all that the nodes
+    below read from the nodes above (graph inputs are fed to every part that reads
+    them, so an attention mask fed to every layer does not stand in the way)."""
     nodes = index.nodes
-    if len(nodes) < 2 * size:
-        return ()
     uses: dict[str, int] = {}
     for n in nodes:
         for t in index.inputs.get(n.name, ()):
@@ -61,12 +59,22 @@ def plan_cuts(index: GraphIndex, part_nodes: Optional[int] = None) -> tuple[str,
             (t,) = live
             if t not in outs:
                 seps.append((i, t))
-    if not seps:
+    return seps
+
+
+def plan_cuts(index: GraphIndex, part_nodes: Optional[int] = None, allowed=None,
+              seps: Optional[list[tuple[int, str]]] = None) -> tuple[str, ...]:
+    """Separators near every `part_nodes`-th node (among those `allowed` lets
+    through), in topological order; () for a graph too small to gain or without
+    separators."""
+    size = part_nodes or PART_NODES
+    n = len(index.nodes)
+    if n < 2 * size:
         return ()
     cuts: list[str] = []
     want = size
-    for i, t in seps:
-        if i + 1 >= want and len(nodes) - (i + 1) >= size // 2:
+    for i, t in separators(index) if seps is None else seps:
+        if i + 1 >= want and n - (i + 1) >= size // 2 and (allowed is None or allowed(t)):
             cuts.append(t)
             want = i + 1 + size
     return tuple(cuts)
@@ -150,19 +158,37 @@ def run_parts(engine, model_path: str, feeds: Sequence[dict], job, keep):
     return outputs, len(parts), time.perf_counter() - t0
 
 
-def cuts_for(triage, config, marks) -> tuple[str, ...]:
-    """The cuts of a build of `config` marking `marks`: the model's when every tensor
-    is marked and the engine builds such a graph in parts as one; else ()."""
+def cuts_for(triage, config, marks, units=None) -> tuple[str, ...]:
+    """Where a build of `config` marking `marks` may be cut: at marked separators
+    (a part's boundary is then a marked tensor either way) that no fused node of the
+    unmarked engine of `config` spans (`units`: its map; a fusion that keeps a
+    marked tensor as one of its own outputs, the one case marking does not block,
+    is never cut). With every tensor marked no map is needed: nothing is left to
+    fuse. () where the engine does not build such parts as one program."""
     engine = triage.engine
     caps = engine.capabilities
     info = triage.info
-    if caps is None or not caps.marking_blocks or info is None or info.external:
+    if caps is None or not caps.marking_blocks or info is None or info.external or not marks:
         return ()
-    if len(marks) < len(info.index.producer) or not getattr(engine, "builds_in_parts", lambda c: False)(config):
+    if not getattr(engine, "builds_in_parts", lambda c: False)(config):
         return ()
-    cached = getattr(triage, "_part_cuts", None)
-    if cached is None:
-        cached = triage._part_cuts = plan_cuts(info.index)
-    if not cached or not set(info.index.producer) <= set(marks):
+    index = info.index
+    if len(index.nodes) < 2 * PART_NODES:
         return ()
-    return cached
+    seps = getattr(triage, "_part_separators", None)
+    if seps is None:
+        seps = triage._part_separators = separators(index)
+    marked = set(marks)
+    if len(marked) >= len(index.producer) and marked >= index.producer.keys():
+        return plan_cuts(index, seps=seps)
+    if units is None:
+        return ()
+    spanned: set[str] = set()
+    for u in units:
+        inside = set(u.original_nodes)
+        for nd in u.original_nodes:
+            node = index.by_name.get(nd)
+            for t in node.output if node is not None else ():
+                if any(c in inside for c in index.consumers.get(t, ())):
+                    spanned.add(t)
+    return plan_cuts(index, seps=seps, allowed=lambda t: t in marked and t not in spanned)

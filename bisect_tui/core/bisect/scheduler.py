@@ -52,7 +52,7 @@ class BuildScheduler:
                  concurrent: bool = False, fanout: int = 1,
                  early: Callable[[EngineConfig, tuple], Optional[Future]] = no_early_build,
                  context=None, beside: Callable[[], bool] = lambda: True,
-                 cuts: Callable[[EngineConfig, tuple], tuple] = lambda config, marks: ()):
+                 cuts: Callable[[Plan], tuple] = lambda plan: ()):
         self.pool = pool
         self.context = context  # api.BuildContext of every whole-graph build, no callbacks
         self.outputs = tuple(outputs)
@@ -76,7 +76,7 @@ class BuildScheduler:
                         workdir=str(workdir) if workdir is not None else None,
                         want_unblocked=bool(plan.marks) and not self.marking_blocks,
                         outputs=self.outputs, context=self.context,
-                        cuts=tuple(self.cuts(plan.config, tuple(plan.marks))) if plan.marks else ())
+                        cuts=tuple(self.cuts(plan)) if plan.marks else ())
 
     def can_prefetch(self) -> bool:
         """A build beside the search's work: an engine with concurrent builds, and

@@ -59,7 +59,7 @@ class Bisector(Search):
             engine_dir=self.engine_dir, concurrent=bool(getattr(caps, "concurrent_builds", False)),
             fanout=max(1, int(fanout)), early=lambda cfg, marks: early.take(triage, cfg, marks),
             context=triage.build_context(callbacks=False), beside=lambda: builds_beside_fit(triage),
-            cuts=lambda cfg, marks: parts.cuts_for(triage, cfg, marks))
+            cuts=lambda plan: parts.cuts_for(triage, plan.config, plan.marks, self.known_units(plan.config)))
         self.judge = OutputJudge.for_triage(triage)
         # the config is not in it: each step's key has its own, so a build two fixpoint
         # rounds both ask for (one round's attribution, the next round's full engine) is one

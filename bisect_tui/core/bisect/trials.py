@@ -317,6 +317,12 @@ class Trials:
             known = self._units[step.key] = (fused, build_units(fused, self.index))
         return list(known[1]), opt
 
+    def known_units(self, config: EngineConfig) -> Optional[list[Unit]]:
+        """The units of the unmarked engine of `config` when this run already mapped
+        it (no build: where a marked build of it may be cut, parts.cuts_for)."""
+        known = self._units.get(stable_key(self.search_key, config.to_dict(), hashlib.sha1(b"").hexdigest()))
+        return known[1] if known is not None else None
+
     # --- verdicts made elsewhere ------------------------------------------------------------
     def full_engine_key(self) -> str:
         return stable_key(self.search_key, self.config.to_dict(), hashlib.sha1(b"").hexdigest())
