@@ -38,6 +38,12 @@ the bound is debug reduce's wall time divided by it: no implementation of this
 answer can beat that ratio here. Prints, asserts nothing.
 
     .venv/bin/python bench/speed_floor.py [--models ln0_500,ln0_5000] [--huge] [--repeat 3] [--ours]
+        [--cheaper 8]
+
+`--cheaper K` also measures builds 2-5 made as K parts cut at single-tensor
+separators (each checked bit for bit against its whole build) and the rest proofs
+downstream of culprit 1 only, and prints the floor such proofs would allow: what
+core/bisect/parts.py makes of the marked builds, and how far that can go.
 """
 
 from __future__ import annotations
