@@ -132,7 +132,7 @@ def test_cuts_only_when_every_tensor_is_marked_on_an_engine_that_says_so(stack, 
     monkeypatch.setattr(parts, "PART_NODES", 60)
     index = GraphIndex.build(model)
     every = _every_tensor(model)
-    triage = SimpleNamespace(engine=OrtEngine(), info=SimpleNamespace(index=index, external=[]))
+    triage = SimpleNamespace(engine=OrtEngine(), info=SimpleNamespace(index=index, external=[], model=model))
     assert parts.cuts_for(triage, EngineConfig(), every) == parts.plan_cuts(index, 60) != ()
     assert parts.cuts_for(triage, EngineConfig(precision="fp16"), every) == ()  # converted as a whole
     # a marked build (some fusions left): only at marked separators no fused node spans
@@ -149,6 +149,12 @@ def test_cuts_only_when_every_tensor_is_marked_on_an_engine_that_says_so(stack, 
     assert cuts[0] in parts.cuts_for(triage, EngineConfig(), every[1:], units=[])
     assert cuts[0] not in parts.cuts_for(triage, EngineConfig(), every[1:], units=[span])
     triage.info.external = [{"location": "w.bin"}]
+    assert parts.cuts_for(triage, EngineConfig(), every) == ()
+    # a symbolic batch: a part fed one batch size could be optimized for it alone
+    triage.info.external = []
+    triage.info.model = onnx.load_from_string(model.SerializeToString())
+    assert parts.cuts_for(triage, EngineConfig(), every) != ()
+    triage.info.model.graph.input[0].type.tensor_type.shape.dim[0].dim_param = "batch"
     assert parts.cuts_for(triage, EngineConfig(), every) == ()
 
 
