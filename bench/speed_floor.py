@@ -171,24 +171,6 @@ def pieces(model_path: Path, inputs: Path, expected: list[list[str]]) -> list[tu
     ]
 
 
-def separators(m) -> list[tuple[int, str]]:
-    """(node index, tensor) where one tensor alone carries everything the rest of the
-    graph reads from the nodes up to it: where the graph can be cut in two."""
-    last: dict[str, int] = {}
-    for i, n in enumerate(m.graph.node):
-        for t in n.input:
-            last[t] = i
-    outs = {o.name for o in m.graph.output}
-    live: set[str] = set()
-    found = []
-    for i, n in enumerate(m.graph.node[:-1]):
-        live.update(o for o in n.output if o)
-        live = {t for t in live if last.get(t, -1) > i or t in outs}
-        if len(live) == 1:
-            found.append((i, next(iter(live))))
-    return found
-
-
 def cheaper(model_path: Path, inputs: Path, expected: list[list[str]], segments: int) -> list[tuple[str, dict, str]]:
     """Builds 2 to 5 made cheaper by giving up part of their claim, to bound what such
     proofs could gain: (a) the whole graph in `segments` parts built one by one (marking
@@ -199,8 +181,11 @@ def cheaper(model_path: Path, inputs: Path, expected: list[list[str]], segments:
     stands for."""
     import onnx
 
+    from bisect_tui.core.bisect.parts import separators
+    from bisect_tui.core.graph import GraphIndex
+
     m = onnx.load(str(model_path))
-    seps = separators(m)
+    seps = separators(GraphIndex.build(m))  # the product's own cuts (core/bisect/parts.py)
     n = len(m.graph.node)
     cuts = []
     for k in range(1, segments):
@@ -209,8 +194,9 @@ def cheaper(model_path: Path, inputs: Path, expected: list[list[str]], segments:
             cuts.append(t)
     at = {nd.name: i for i, nd in enumerate(m.graph.node)}
     culprit = min(at[x] for x in expected[0])
-    start = max((t for i, t in seps if i < culprit), key=lambda t: [i for i, u in seps if u == t][0])
-    cuts_d = sorted(set(cuts) | {start}, key=lambda t: [i for i, u in seps if u == t][0])
+    pos = {t: i for i, t in seps}
+    start = max((t for i, t in seps if i < culprit), key=pos.__getitem__)
+    cuts_d = sorted(set(cuts) | {start}, key=pos.__getitem__)
     produced = {nd.name: list(nd.output) for nd in m.graph.node}
     held1 = [o for x in expected[0] for o in produced[x]]
     held2 = [o for x in expected[1] for o in produced[x]]

@@ -20,6 +20,7 @@ from bisect_tui.core.bisect.pool import BuildJob, build_and_run
 from bisect_tui.core.bisect.run import run_bisection
 from bisect_tui.core.bisect.units import Unit
 from bisect_tui.core.graph import GraphIndex
+from bisect_tui.core.model import InputSpec
 from bisect_tui.core.pipeline import Triage, TriageOptions
 from bisect_tui.engines.ort.engine import OrtEngine
 
@@ -132,7 +133,8 @@ def test_cuts_only_when_every_tensor_is_marked_on_an_engine_that_says_so(stack, 
     monkeypatch.setattr(parts, "PART_NODES", 60)
     index = GraphIndex.build(model)
     every = _every_tensor(model)
-    triage = SimpleNamespace(engine=OrtEngine(), info=SimpleNamespace(index=index, external=[], model=model))
+    triage = SimpleNamespace(engine=OrtEngine(), info=SimpleNamespace(index=index, external=[],
+                                                                     inputs=[InputSpec("x", "float32", [1, 16, 16])]))
     assert parts.cuts_for(triage, EngineConfig(), every) == parts.plan_cuts(index, 60) != ()
     assert parts.cuts_for(triage, EngineConfig(precision="fp16"), every) == ()  # converted as a whole
     # a marked build (some fusions left): only at marked separators no fused node spans
@@ -152,9 +154,8 @@ def test_cuts_only_when_every_tensor_is_marked_on_an_engine_that_says_so(stack, 
     assert parts.cuts_for(triage, EngineConfig(), every) == ()
     # a symbolic batch: a part fed one batch size could be optimized for it alone
     triage.info.external = []
-    triage.info.model = onnx.load_from_string(model.SerializeToString())
     assert parts.cuts_for(triage, EngineConfig(), every) != ()
-    triage.info.model.graph.input[0].type.tensor_type.shape.dim[0].dim_param = "batch"
+    triage.info.inputs = [InputSpec("x", "float32", ["batch", 16, 16])]
     assert parts.cuts_for(triage, EngineConfig(), every) == ()
 
 

@@ -59,7 +59,10 @@ def test_the_cheaper_proofs_cut_where_one_tensor_carries_the_graph(tmp_path):
     inputs = tmp_path / "x.npz"
     np.savez(inputs, x=np.random.default_rng(0).standard_normal((1, 16, 16)).astype(np.float32))
 
-    seps = speed_floor.separators(model)
+    from bisect_tui.core.bisect.parts import separators
+    from bisect_tui.core.graph import GraphIndex
+
+    seps = separators(GraphIndex.build(model))
     assert seps and all(t.endswith("/res:0") or t.startswith("blk") for _, t in seps)
     at = {n.name: i for i, n in enumerate(model.graph.node)}
     rows = speed_floor.cheaper(path, inputs, expected, 4)

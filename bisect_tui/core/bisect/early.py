@@ -47,12 +47,11 @@ def _may_start(triage) -> bool:
 def _start(triage, config: EngineConfig, marks: tuple, workdir, name: str) -> None:
     """The build the search's BuildPool would make for this candidate (pool.build_and_run)."""
     from bisect_tui.core import background
+    from bisect_tui.core.bisect.parts import cuts_for
     from bisect_tui.core.bisect.pool import BuildJob, build_and_run
 
     caps = triage.engine.capabilities
     info, inputs = triage.info, triage.inputs
-    from bisect_tui.core.bisect.parts import cuts_for
-
     job = BuildJob(config=config, marks=marks, workdir=str(workdir) if workdir is not None else None,
                    want_unblocked=bool(marks) and not (caps is None or caps.marking_blocks),
                    cuts=tuple(cuts_for(triage, config, marks)) if marks else (),

@@ -1,25 +1,26 @@
-""""All fusions blocked" built as the graph's parts, one after the other.
+"""Marked builds of large graphs built as the graph's parts, one after the other.
 
-Why: the search's control, the engine with every tensor marked, is a whole-graph
-build, and an engine's build cost can grow faster than the graph (one engine's
-fusion names each node it adds by a search of every node: docs/benchmarks.md,
-fourth pass). With every tensor marked no fusion crosses any tensor, so
-cutting the graph where one tensor carries all that the rest reads from above (a
-separator) and building each part alone makes the same marked graph in pieces,
-each cheaper: 3.55 against 1.27 CPU-s at 21,000 nodes in 33 parts, 0.43 against
-0.26 at 5,100 in 8, bit-identical outputs (docs/benchmarks.md, sixth pass). Only for builds
-whose every tensor is marked, on engines that say the parts are the same program
-(`Engine.builds_in_parts`): a build with any fusion left could lose one that
-crosses a cut. Each part is built, run on every sample and closed before the next,
-so one part's session is alive at a time. A part the engine fails on gives way to
-the whole graph: a verdict about the engine is made on the graph the user runs.
+Why: "all fusions blocked", the rest proofs and the bisection's trials are
+whole-graph builds, and an engine's build cost can grow faster than the graph (one
+engine's fusion names each node it adds by a search of every node:
+docs/benchmarks.md, fourth pass). A marked tensor blocks every fusion across it, so
+cutting the graph at a marked tensor where it alone carries all that the rest reads
+from above (a separator) and building each part alone makes the same program in
+pieces, each cheaper: 3.55 against 1.27 CPU-s for "all fusions blocked" at 21,000
+nodes in 33 parts, 0.43 against 0.26 at 5,100 in 8, bit-identical outputs
+(docs/benchmarks.md, sixth pass). Never at a tensor a fused node of the unmarked
+map spans (the one fusion marking does not block keeps the marked tensor as its own
+output), and only on engines that say the parts are the same program
+(`Engine.builds_in_parts`). Each part is built, run on every sample and closed
+before the next, so one part's session is alive at a time. A part the engine fails
+on gives way to the whole graph: a verdict about the engine is made on the graph
+the user runs.
 """
 
 from __future__ import annotations
 
 import shutil
 import tempfile
-import time
 from pathlib import Path
 from typing import Optional, Sequence
 
@@ -126,13 +127,12 @@ def _typed(name: str, a: np.ndarray) -> onnx.ValueInfoProto:
     return onnx.helper.make_tensor_value_info(name, onnx.helper.np_dtype_to_tensor_dtype(a.dtype), list(a.shape))
 
 
-def run_parts(engine, model_path: str, feeds: Sequence[dict], job, keep):
-    """pool.build_and_run's work for a job with `cuts`: (the outputs of each sample,
-    the number of parts, seconds); None when a part failed (the caller then builds
+def run_parts(engine, model_path: str, feeds: Sequence[dict], job):
+    """pool.build_and_run's work for a job with `cuts`: (the graph outputs of each
+    sample, the number of parts); None when a part failed (the caller then builds
     the whole graph)."""
     from bisect_tui.api import EngineBuildError
 
-    t0 = time.perf_counter()
     model, index = _loaded(model_path)
     cuts = [c for c in job.cuts if c in index.producer]
     if len(cuts) != len(job.cuts):
@@ -173,20 +173,7 @@ def run_parts(engine, model_path: str, feeds: Sequence[dict], job, keep):
                            for f, o in zip(carried, outs)]
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    wanted = set(keep) if keep is not None else None
-    outputs = [{k: np.asarray(v) for k, v in o.items() if wanted is None or k in wanted} for o in final]
-    return outputs, len(parts), time.perf_counter() - t0
-
-
-def _static_inputs(model: onnx.ModelProto) -> bool:
-    """Every graph input of a fixed shape: the engine then infers fixed shapes over the
-    whole graph, as a part reads them from its input (a part fed a batch of 1 where the
-    model says "batch" could be optimized for that shape alone)."""
-    for i in model.graph.input:
-        t = i.type.tensor_type
-        if not t.HasField("shape") or any(not d.HasField("dim_value") for d in t.shape.dim):
-            return False
-    return True
+    return final, len(parts)
 
 
 def cuts_for(triage, config, marks, units=None) -> tuple[str, ...]:
@@ -204,7 +191,10 @@ def cuts_for(triage, config, marks, units=None) -> tuple[str, ...]:
     if not getattr(engine, "builds_in_parts", lambda c: False)(config):
         return ()
     index = info.index
-    if len(index.nodes) < 2 * PART_NODES or not _static_inputs(info.model):
+    # fixed input shapes: the engine then infers fixed shapes over the whole graph, as a
+    # part reads them from its input (with a symbolic batch it could optimize a part
+    # for the one size fed)
+    if len(index.nodes) < 2 * PART_NODES or not all(s.is_static for s in info.inputs):
         return ()
     seps = getattr(triage, "_part_separators", None)
     if seps is None:

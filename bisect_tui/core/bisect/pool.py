@@ -20,17 +20,15 @@ each worker: everyone gets as much to build, and the same round always goes
 to the same owners (a job taken by whoever is free first would make the step
 log's worker column depend on timing).
 
-What crosses the process boundary is our own plain records only (a build
-job: engine config, tensor names, folder; a result: output arrays, the
-fused-node map as dicts, the engine's error text) and the engine factory the
-caller hands the pool (a picklable callable such as
-`functools.partial(registry.get_engine, "ort")`), which each worker calls to
-load its own engine; workers read the model from the session's copy; no
-file's content is ever unpickled.
+What crosses the process boundary is our own plain records only (a build job: engine config,
+tensor names, folder; a result: output arrays, the fused-node map as dicts, the engine's error
+text) and the engine factory the caller hands the pool (a picklable callable such as
+`functools.partial(registry.get_engine, "ort")`), which each worker calls to load its own
+engine; workers read the model from the session's copy; no file's content is ever unpickled.
 
-Worker processes start with `spawn`: never `fork`, which would copy the app's
-threads and the engine's state; and not forkserver, which keeps its socket in
-the temp folder (the session's while a session runs, deleted after it).
+Worker processes start with `spawn`: never `fork`, which would copy the app's threads and the
+engine's state; and not forkserver, which keeps its socket in the temp folder (the session's
+while a session runs, deleted after it).
 """
 
 from __future__ import annotations
@@ -42,6 +40,7 @@ import queue
 import threading
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Callable, Optional, Sequence
 
 import numpy as np
@@ -75,7 +74,7 @@ class BuildJob:
     # shapes, saved inputs and cache folder of a whole-graph build (api.BuildContext,
     # without callbacks so it travels to worker processes); None for subgraphs
     context: Optional[BuildContext] = None
-    cuts: tuple[str, ...] = ()  # every tensor marked: built as parts cut at these (parts.py)
+    cuts: tuple[str, ...] = ()  # a marked build: made as parts cut at these tensors (parts.py)
 
     def __post_init__(self):
         # the config as the session records it (entries sorted): every builder,
@@ -102,7 +101,7 @@ class BuildResult:
     files: dict = field(default_factory=dict)  # Ray: optimized-graph files built away from the session
     # the map's FusedNode objects, for a build made in this process (never sent between processes)
     fused_objs: Optional[list] = None
-    parts: int = 0  # built as this many parts (parts.py); 0: the whole graph at once
+    parts: int = 0  # made as this many parts (parts.py); 0: whole
 
 
 def build_and_run(engine, model_path: str, feeds: Sequence[dict], job: BuildJob, worker: str = "main",
@@ -112,13 +111,11 @@ def build_and_run(engine, model_path: str, feeds: Sequence[dict], job: BuildJob,
     The same function runs in this process and in every worker, so all paths
     produce the same records. `keep`: the output names to return (the judge
     reads the graph outputs only); None keeps all."""
-    from pathlib import Path
-
-    if job.cuts:  # every tensor marked: made as the graph's parts where it can be
-        from bisect_tui.core.bisect.parts import run_parts
-        if (got := run_parts(engine, model_path, feeds, job, keep)) is not None:
-            return BuildResult(outputs=got[0], parts=got[1], seconds=got[2], worker=worker)
     t0 = time.perf_counter()
+    if job.cuts:  # a marked build: made as the graph's parts where it can be
+        from bisect_tui.core.bisect.parts import run_parts
+        if (got := run_parts(engine, model_path, feeds, job)) is not None:
+            return BuildResult(outputs=_kept(got[0], keep), parts=got[1], worker=worker, seconds=time.perf_counter() - t0)
     res = BuildResult(worker=worker)
     config = job.config
     workdir = Path(job.workdir) if job.workdir else None
@@ -142,8 +139,7 @@ def build_and_run(engine, model_path: str, feeds: Sequence[dict], job: BuildJob,
                 res.optimized = str(built.optimized_model_path)
             except Exception:  # noqa: BLE001
                 res.fused_nodes = None
-        wanted = set(keep) if keep is not None else None
-        res.outputs = [{k: np.asarray(v) for k, v in o.items() if wanted is None or k in wanted} for o in outs]
+        res.outputs = _kept(outs, keep)
     except EngineBuildError as exc:  # built, then failed on the inputs
         res.error_kind, res.error, res.build_message = exc.kind, exc.engine_message, str(exc)
         res.failed_at = "run"
@@ -152,6 +148,11 @@ def build_and_run(engine, model_path: str, feeds: Sequence[dict], job: BuildJob,
         built.close()
     res.seconds = time.perf_counter() - t0
     return res
+
+
+def _kept(outs: list[dict], keep: Optional[Sequence[str]]) -> list[dict[str, np.ndarray]]:
+    wanted = set(keep) if keep is not None else None
+    return [{k: np.asarray(v) for k, v in o.items() if wanted is None or k in wanted} for o in outs]
 
 
 def guarded_build(engine, model_path: str, feeds, job: BuildJob, worker: str, keep) -> BuildResult:
@@ -178,8 +179,6 @@ def raise_fault(res: BuildResult) -> None:
 def warm_up(engine, model_path: Optional[str] = None) -> None:
     """What an engine does once per process before its first build: imports,
     then (given the model) reading it once for all the builds to come."""
-    from pathlib import Path
-
     engine.warm_up() if model_path is None else engine.warm_up(Path(model_path))
 
 

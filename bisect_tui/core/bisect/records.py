@@ -58,7 +58,7 @@ class Step:
     subgraph: Optional[bool] = None
     # judge.elementwise_ratio: the figure steps are compared by in the tables
     elementwise_ratio: Optional[float] = None
-    # the whole graph built as this many parts (every tensor marked: parts.py)
+    # a marked build made as this many parts (parts.py)
     parts: Optional[int] = None
 
     _OPTIONAL = ("unblocked", "worker", "round_size", "subgraph", "elementwise_ratio", "parts")

@@ -63,7 +63,7 @@ class BuildScheduler:
         self.early = early
         # whether one more build fits in memory beside the one running (core/bisect/limits.py)
         self.beside = beside
-        self.cuts = cuts  # where a build marking every tensor may be cut into parts (parts.py)
+        self.cuts = cuts  # where a marked build may be cut into parts (parts.py)
         self._prefetched: dict[str, Future] = {}  # step key -> Future of [BuildResult]
 
     @property

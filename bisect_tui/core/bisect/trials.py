@@ -30,10 +30,10 @@ from bisect_tui.core.session import stable_key
 from bisect_tui.api import DISABLED_KEY, EngineConfig, FusedNode
 
 
-
 def parted_region(region: str, parts: Optional[int]) -> str:
     """The region a step shows: "whole graph, in 3 parts" for a build made as parts (parts.py)."""
     return f"{region}, in {parts} parts" if parts else region
+
 
 @dataclass
 class Candidate:
