@@ -19,7 +19,7 @@ from bisect_tui.core.tolerance import parse_tolerance
 from bisect_tui.api import EngineConfig
 from bisect_tui.tui.app import make_app
 from bisect_tui.tui.widgets.culprit import CulpritPanel
-from tui_helpers import BUDGET, gelu_options, screen_text, wait_idle
+from tui_helpers import BUDGET, gelu_options, screen_text, wait_for, wait_idle
 
 
 def fp16_options(workdir: Path, samples: Path, model: str, tolerance: str) -> TriageOptions:
@@ -32,7 +32,8 @@ async def bisect_then_culprit_full_screen(pilot):
     await pilot.press("b")
     await wait_idle(pilot, 300)
     await pilot.press("tab", "f")  # the culprit pane, on the whole screen
-    await pilot.pause(0.3)
+    await wait_for(pilot, lambda: pilot.app.screen.has_class("-max-culprit"), what="the culprit pane full screen")
+    await pilot.pause()  # its layout done before the snapshot
 
 
 def panel_text(app) -> str:
