@@ -9,8 +9,11 @@ every candidate pass and each round's own blocked build."""
 from __future__ import annotations
 
 import math
+import os
 import sys
 import threading
+import time
+from typing import Optional
 
 import numpy as np
 import onnx
@@ -68,17 +71,25 @@ def whole_graph_builds(res: dict) -> list[dict]:
     return [s for s in res["steps"] if not s["cached"] and not s.get("subgraph")]
 
 
-def _whole_graph_threads(monkeypatch, model_name: str) -> list[tuple[str, tuple, int]]:
-    """(thread, disabled passes, marks) of every build of the session's whole model."""
+def _whole_graph_threads(monkeypatch, model_name: str, timed: Optional[list] = None) -> list[tuple[str, tuple, int]]:
+    """(thread, disabled passes, marks) of every build of the session's whole model;
+    `timed` gets (disabled passes, marks, start, end, the thread's nice value) of each."""
     from bisect_tui.engines.ort.engine import OrtEngine
 
     seen: list[tuple[str, tuple, int]] = []
     real = OrtEngine.build
 
     def build(self, model_path, config, marked=(), workdir=None, *, context=None):
-        if str(model_path).endswith(model_name):
-            seen.append((threading.current_thread().name, tuple(config.disabled_passes), len(marked)))
-        return real(self, model_path, config, marked, workdir, context=context)
+        if not str(model_path).endswith(model_name):
+            return real(self, model_path, config, marked, workdir, context=context)
+        seen.append((threading.current_thread().name, tuple(config.disabled_passes), len(marked)))
+        t0 = time.perf_counter()
+        try:
+            return real(self, model_path, config, marked, workdir, context=context)
+        finally:
+            if timed is not None:
+                nice = os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) if hasattr(os, "getpriority") else 0
+                timed.append((tuple(config.disabled_passes), len(marked), t0, time.perf_counter(), nice))
 
     monkeypatch.setattr(OrtEngine, "build", build)
     return seen
@@ -86,7 +97,8 @@ def _whole_graph_threads(monkeypatch, model_name: str) -> list[tuple[str, tuple,
 
 def test_both_culprits_both_passes_with_few_whole_graph_builds(stack, tmp_path, monkeypatch):
     path, _, expected, x = stack
-    seen = _whole_graph_threads(monkeypatch, "model.onnx")
+    timed: list = []
+    seen = _whole_graph_threads(monkeypatch, "model.onnx", timed)
     res = bisect(stack, tmp_path, "fast")
     assert res["verdict"] == "culprits"
     first, second = res["culprits"]
@@ -135,6 +147,14 @@ def test_both_culprits_both_passes_with_few_whole_graph_builds(stack, tmp_path, 
     remaining = [(thread, off) for thread, off, marks in seen if 0 < marks < n_all]
     assert [off for _, off in remaining] == [(), (L1,)]
     assert all(thread.startswith("prefetch-build") for thread, _ in remaining), remaining
+    # round 2's attribution (both passes off), guessed on culprit 1's subgraph, was built
+    # beside round 1's (LayerNormFusionL1 off), not after it, at a lower priority, and taken
+    unmarked = {off: (start, end, nice) for off, marks, start, end, nice in timed if marks == 0}
+    both, first_off = unmarked[(L1, SIMPLIFIED)], unmarked[(L1,)]
+    assert both[0] < first_off[1], (both, first_off)
+    assert [thread for thread, off, marks in seen if off == (L1, SIMPLIFIED) and not marks][0].startswith("prefetch-build")
+    if hasattr(os, "getpriority"):
+        assert both[2] > os.getpriority(os.PRIO_PROCESS, 0) == first_off[2]
 
 
 def test_same_answer_as_whole_graph_attribution_and_a_blocked_build_per_round(stack, tmp_path, monkeypatch):

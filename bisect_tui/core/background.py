@@ -9,17 +9,32 @@ would otherwise have been done, so errors surface in the same place.
 
 from __future__ import annotations
 
+import os
+import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Callable
 
 
-def start(fn: Callable[..., Any], *args: Any, name: str) -> Future:
-    """`fn(*args)` in its own thread (named `name-N` in tracebacks and logs)."""
+def start(fn: Callable[..., Any], *args: Any, name: str, nice: int = 0) -> Future:
+    """`fn(*args)` in its own thread (named `name-N` in tracebacks and logs).
+
+    `nice`: how much lower that thread runs than the others (a guess that should only
+    take what the certain work leaves); its own threads, such as a runtime's pool, are
+    created lower too."""
     pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix=name)
     try:
-        return pool.submit(fn, *args)
+        return pool.submit(_lowered, nice, fn, *args) if nice > 0 else pool.submit(fn, *args)
     finally:
         pool.shutdown(wait=False)  # the thread ends with its one task
+
+
+def _lowered(nice: int, fn: Callable[..., Any], *args: Any) -> Any:
+    try:  # Linux: a thread id names one thread here; the thread ends with the task
+        tid = threading.get_native_id()
+        os.setpriority(os.PRIO_PROCESS, tid, min(19, os.getpriority(os.PRIO_PROCESS, tid) + nice))
+    except (AttributeError, OSError):  # not Linux, or not allowed: run at the same priority
+        pass
+    return fn(*args)
 
 
 def done(value: Any) -> Future:

@@ -20,9 +20,9 @@ leave the attribution to attribute(), which reuses every build made.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
-from bisect_tui.core.bisect.attribution import candidate_passes
+from bisect_tui.core.bisect.attribution import candidate_passes, first_guesses
 from bisect_tui.core.bisect.subgraph_check import same_fusion
 from bisect_tui.core.bisect.units import Unit
 from bisect_tui.core.errors import EnvironmentFault
@@ -42,7 +42,7 @@ def made_by(fused, unit: Unit) -> Optional[str]:
     return next((f.op_type for f in fused if last in f.original_nodes), None)
 
 
-def _subgraph_map(engine, subgraph: Path, cfg):
+def subgraph_map(engine, subgraph: Path, cfg):
     try:
         built = engine.build(subgraph, cfg, (), None)
     except EnvironmentFault:
@@ -78,14 +78,14 @@ def subgraph_tests(engine, subgraph: Optional[Path], cfg, units: list[Unit], can
     names = candidate_passes(engine, units, engine.known_passes())
     if len(names) < 2 or not unit.original_nodes:
         return None  # one candidate: its whole-graph build is the proof either way
-    plain = _subgraph_map(engine, subgraph, cfg)
+    plain = subgraph_map(engine, subgraph, cfg)
     if plain is None or not same_fusion(unit, plain):
         return None
     out: dict[str, tuple] = {"": (len(names) + 1, made_by(plain, unit))}
     for name in names:
         if cancel is not None:
             cancel.check()
-        fused = _subgraph_map(engine, subgraph, cfg.with_disabled([name]))
+        fused = subgraph_map(engine, subgraph, cfg.with_disabled([name]))
         if fused is None:
             return None
         out[name] = (not still_there(fused, unit), made_by(fused, unit))
@@ -175,7 +175,7 @@ def _culprit_kept(bisector, groups: list[list[Unit]], name: str) -> Optional[dic
         if not worse or not all(worse):
             continue  # not shown to be a real culprit in isolation
         unit = group[0]
-        fused = _subgraph_map(bisector.engine, Path(iso["subgraph"]), cfg.with_disabled([name]))
+        fused = subgraph_map(bisector.engine, Path(iso["subgraph"]), cfg.with_disabled([name]))
         if fused is None or not still_there(fused, unit):
             continue
         bisector.subgraph_builds += 1
@@ -185,3 +185,15 @@ def _culprit_kept(bisector, groups: list[list[Unit]], name: str) -> Optional[dic
                             f"{unit.fused_node} ({unit.op_type}) on its subgraph, which stands for the whole "
                             f"graph, and that fused node alone breaks the tolerance")}
     return None
+
+
+def guesses_on(engine, group: list[Unit], cfg, sub: Optional[Path], cancel,
+               tests: Callable[[], Optional[dict]]) -> tuple[list[str], Optional[dict]]:
+    """findings.pass_guesses without its memo: first_guesses, then, for tagged candidates, only
+    those that remove the culprit on its subgraph (`tests()`: subgraph_tests) are
+    worth a whole-graph build; all of them where it cannot tell."""
+    got = first_guesses(engine, cfg, group, sub, cancel)
+    if sub is not None and got[1] is None:
+        names = confirmed_names(tests())
+        got = (names, None) if names else got
+    return got

@@ -14,9 +14,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable, Optional
 
-from bisect_tui.core.bisect.attribute_subgraph import attribute_on_subgraph, confirmed_names, subgraph_tests
-from bisect_tui.core.bisect.attribution import attribute, first_guesses
+from bisect_tui.core.bisect.attribute_subgraph import attribute_on_subgraph, confirmed_names, guesses_on, subgraph_tests
+from bisect_tui.core.bisect.attribution import attribute
 from bisect_tui.core.bisect.isolate import isolate
+from bisect_tui.core.bisect.next_round import next_round_configs
 from bisect_tui.core.bisect.units import Unit
 
 
@@ -37,13 +38,8 @@ def pass_guesses(triage, engine, group: list[Unit], cfg,
     if key in memo:
         return memo[key]
     sub = subgraph()
-    got = first_guesses(engine, cfg, group, sub, triage.cancel)
-    if sub is not None and got[1] is None:
-        # tagged candidates: only those that remove the culprit on its subgraph are worth
-        # a whole-graph build (attribute_subgraph.py); all of them where it cannot tell
-        tests = pass_tests(triage, engine, group, cfg, lambda: sub)
-        names = confirmed_names(tests)
-        got = (names, None) if names else got
+    got = guesses_on(engine, group, cfg, sub, triage.cancel,
+                     lambda: pass_tests(triage, engine, group, cfg, lambda: sub))
     if sub is not None:
         memo[key] = got
     return got
@@ -130,6 +126,16 @@ class Findings:
         subgraph of the same nodes (`subgraph` writes it: the subgraph check's)."""
         names, _ = pass_guesses(self.t, self.bis.engine, group, cfg, subgraph)
         return [cfg.with_disabled([n]) for n in names]
+
+    def next_round_configs(self, group: list[Unit], cfg, subgraph: Callable[[], Optional[Path]]) -> list:
+        """next_round.next_round_configs for this search, where a guessed build can start
+        (three whole-graph builds fit in memory at once)."""
+        if not self.bis.scheduler.can_prefetch(3):
+            return []
+        key = self._key(group, cfg)
+        tests = vars(self.t).get("pass_tests", {}).get(key)
+        over = vars(self.t).get("pass_fused_over", {}).get(key) or {}
+        return next_round_configs(self.t, self.bis.engine, group, cfg, tests, over, subgraph)
 
     def rest_proof(self, groups: list[list[Unit]], units: list[Unit], cfg):
         """The step proving that every fusion but `groups` passes together, or None.

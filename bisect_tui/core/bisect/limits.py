@@ -58,11 +58,12 @@ def _activation_bytes(info, shapes: dict) -> int:
     return sum(v or 0 for v in sizes.values())
 
 
-def builds_beside_fit(triage) -> bool:
+def builds_beside_fit(triage, builds: int = 2) -> bool:
     """A build may start beside another one (a prefetch, an early build) only when both
-    fit in the memory budget: what makes the peak of a search grow with its overlaps."""
+    (`builds` at once) fit in the memory budget: what makes the peak of a search grow
+    with its overlaps."""
     try:
-        return build_memory(triage)[2] >= 2
+        return build_memory(triage)[2] >= builds
     except Exception:  # noqa: BLE001 - no model or baseline yet: nothing to overlap with
         return False
 

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from bisect_tui.core import background
+from bisect_tui.core.bisect.next_round import GUESS_NICE
 from bisect_tui.core.bisect.pool import BuildJob, BuildResult
 from bisect_tui.api import EngineConfig
 
@@ -51,7 +52,7 @@ class BuildScheduler:
                  engine_dir: Callable[[EngineConfig], Path] = lambda config: Path("."),
                  concurrent: bool = False, fanout: int = 1,
                  early: Callable[[EngineConfig, tuple], Optional[Future]] = no_early_build,
-                 context=None, beside: Callable[[], bool] = lambda: True,
+                 context=None, beside: Callable[..., bool] = lambda builds=2: True,
                  cuts: Callable[[Plan], tuple] = lambda plan: ()):
         self.pool = pool
         self.context = context  # api.BuildContext of every whole-graph build, no callbacks
@@ -61,7 +62,7 @@ class BuildScheduler:
         self.concurrent = concurrent
         self.fanout = fanout
         self.early = early
-        # whether one more build fits in memory beside the one running (core/bisect/limits.py)
+        # whether `builds` whole-graph builds fit in memory at once (core/bisect/limits.py)
         self.beside = beside
         self.cuts = cuts  # where a marked build may be cut into parts (parts.py)
         self._prefetched: dict[str, Future] = {}  # step key -> Future of [BuildResult]
@@ -78,26 +79,30 @@ class BuildScheduler:
                         outputs=self.outputs, context=self.context,
                         cuts=tuple(self.cuts(plan)) if plan.marks else ())
 
-    def can_prefetch(self) -> bool:
+    def can_prefetch(self, builds: int = 2) -> bool:
         """A build beside the search's work: an engine with concurrent builds, and
         rounds of one build each (with more, the rounds spread builds over the
         workers already); not on Ray, whose actors build away from this process; and
-        only while a second build fits in the memory budget (`beside`)."""
+        only while `builds` at once fit in the memory budget (`beside`)."""
         return (self.concurrent and self.fanout == 1 and getattr(self.pool, "kind", None) in ("serial", "processes")
-                and self.beside())
+                and self.beside(builds))
 
     def prefetching(self, key: str) -> bool:
         return key in self._prefetched
 
-    def prefetch(self, plan: Plan) -> None:
-        """Start `plan`'s build now, in a thread (or take the early build of it)."""
-        if not self.can_prefetch() or plan.key in self._prefetched:
+    def prefetch(self, plan: Plan, guess: bool = False) -> None:
+        """Start `plan`'s build now, in a thread (or take the early build of it).
+
+        `guess`: a build the search may not ask for (next_round.py): only where it fits
+        in memory beside two others, and at a lower priority than theirs."""
+        if not self.can_prefetch(3 if guess else 2) or plan.key in self._prefetched:
             return
         started = self.early(plan.config, plan.marks)  # made while the check ran (early.py)
         if started is not None:
             self._prefetched[plan.key] = started
             return
-        self._prefetched[plan.key] = background.start(self.pool.run, [self.job(plan)], name="prefetch-build")
+        self._prefetched[plan.key] = background.start(self.pool.run, [self.job(plan)], name="prefetch-build",
+                                                      nice=GUESS_NICE if guess else 0)
 
     def build(self, plans: list[Plan]) -> list[tuple[BuildJob, BuildResult]]:
         """One round: each plan's job and what its build produced, in the order given."""

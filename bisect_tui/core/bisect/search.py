@@ -58,7 +58,7 @@ class Bisector(Search):
             self.pool, outputs=tuple(triage.info.outputs), marking_blocks=caps is None or caps.marking_blocks,
             engine_dir=self.engine_dir, concurrent=bool(getattr(caps, "concurrent_builds", False)),
             fanout=max(1, int(fanout)), early=lambda cfg, marks: early.take(triage, cfg, marks),
-            context=triage.build_context(callbacks=False), beside=lambda: builds_beside_fit(triage),
+            context=triage.build_context(callbacks=False), beside=lambda builds=2: builds_beside_fit(triage, builds),
             cuts=lambda plan: parts.cuts_for(triage, plan.config, plan.marks, self.known_units(plan.config)))
         self.judge = OutputJudge.for_triage(triage)
         # the config is not in it: each step's key has its own, so a build two fixpoint

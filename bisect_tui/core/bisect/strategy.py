@@ -223,6 +223,9 @@ class Search(Trials):
             return
         for c in self.findings.early_configs([u], self.config, lambda: self.subgraph_file(u)):
             self.prefetch(Candidate(self.map_kind(c), None, c))
+        # with that pass off another may fuse the same nodes: the next round's build, guessed
+        for c in self.findings.next_round_configs([u], self.config, lambda: self.subgraph_file(u)):
+            self.prefetch(Candidate(self.map_kind(c), None, c), guess=True)
 
     def _behind(self, group: list[Unit]) -> bool:
         """Disabling `group`'s pass lets another pass fuse its nodes (its subgraph tests,
@@ -331,6 +334,13 @@ class Search(Trials):
             # whatever the suspect does: it is built meanwhile
             self.prefetch(blocked_cand)
             confirmed = self._suspect_at_user_level(probe_fn)
+            if confirmed is not None and (self.exposed or self._behind([confirmed])):
+                # the round's "remaining fusions" (_every_culprit prefetches it once the
+                # culprit is held): started now, beside the suspect's isolation
+                at_user, _ = self.units_at(self.config.level)
+                rest = [u for u in at_user if u.blockable and u != confirmed]
+                if rest:
+                    self.prefetch(Candidate("remaining fusions", rest, held=[confirmed]))
         first = [blocked_cand]
         spec = []
         if confirmed is not None and self.findings is not None:

@@ -172,16 +172,16 @@ class Trials:
         ids = () if c.enabled is None else tuple(u.index for u in c.enabled)
         return Plan(c.kind, config, tuple(marks), key, region, ids)
 
-    def prefetch(self, cand: Candidate) -> None:
-        """Start a build the search will certainly ask for next, beside the work
-        before it (scheduler.prefetch); evaluate_many takes its result when the
-        candidate comes."""
-        if not self.scheduler.can_prefetch():
+    def prefetch(self, cand: Candidate, guess: bool = False) -> None:
+        """Start a build the search will certainly ask for next (or, `guess`, may ask
+        for: next_round.py), beside the work before it (scheduler.prefetch);
+        evaluate_many takes its result when the candidate comes."""
+        if not self.scheduler.can_prefetch(3 if guess else 2):
             return
         plan = self.plan(cand)
         if self.scheduler.prefetching(plan.key) or self.store.recorded(plan.key) or self.store.done(plan.key):
             return
-        self.scheduler.prefetch(plan)
+        self.scheduler.prefetch(plan, guess)
 
     def _build_round(self, plans: list[Plan], todo: list[int], out: list) -> None:
         first = plans[0]
