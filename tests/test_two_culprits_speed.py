@@ -33,6 +33,7 @@ sys.path.insert(0, str(REPO / "bench"))
 from scale_models import two_culprit_stack  # noqa: E402
 
 L1, SIMPLIFIED = "LayerNormFusionL1", "SimplifiedLayerNormFusion"
+HOLD_S = 30.0
 
 
 @pytest.fixture(scope="module")
@@ -71,21 +72,34 @@ def whole_graph_builds(res: dict) -> list[dict]:
     return [s for s in res["steps"] if not s["cached"] and not s.get("subgraph")]
 
 
-def _whole_graph_threads(monkeypatch, model_name: str, timed: Optional[list] = None) -> list[tuple[str, tuple, int]]:
+def _whole_graph_threads(monkeypatch, model_name: str, timed: Optional[list] = None,
+                         hold: Optional[tuple[tuple, tuple]] = None) -> list[tuple[str, tuple, int]]:
     """(thread, disabled passes, marks) of every build of the session's whole model;
-    `timed` gets (disabled passes, marks, start, end, the thread's nice value) of each."""
+    `timed` gets (disabled passes, marks, start, end, the thread's nice value) of each.
+    `hold` (A, B): the unmarked build with passes A off, once built, waits (at most
+    HOLD_S) until the unmarked build with passes B off has started. On a 150-node
+    model a build takes milliseconds, so whether B starts while A is in flight would
+    otherwise be a race; held, B starts inside A's span only if it was launched
+    without waiting for A's result, and after the wait times out if it was not."""
     from bisect_tui.engines.ort.engine import OrtEngine
 
     seen: list[tuple[str, tuple, int]] = []
     real = OrtEngine.build
+    b_started = threading.Event()
 
     def build(self, model_path, config, marked=(), workdir=None, *, context=None):
         if not str(model_path).endswith(model_name):
             return real(self, model_path, config, marked, workdir, context=context)
-        seen.append((threading.current_thread().name, tuple(config.disabled_passes), len(marked)))
+        off = tuple(config.disabled_passes)
+        seen.append((threading.current_thread().name, off, len(marked)))
         t0 = time.perf_counter()
+        if hold is not None and off == hold[1] and not marked:
+            b_started.set()
         try:
-            return real(self, model_path, config, marked, workdir, context=context)
+            got = real(self, model_path, config, marked, workdir, context=context)
+            if hold is not None and off == hold[0] and not marked:
+                b_started.wait(HOLD_S)
+            return got
         finally:
             if timed is not None:
                 nice = os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) if hasattr(os, "getpriority") else 0
@@ -98,7 +112,7 @@ def _whole_graph_threads(monkeypatch, model_name: str, timed: Optional[list] = N
 def test_both_culprits_both_passes_with_few_whole_graph_builds(stack, tmp_path, monkeypatch):
     path, _, expected, x = stack
     timed: list = []
-    seen = _whole_graph_threads(monkeypatch, "model.onnx", timed)
+    seen = _whole_graph_threads(monkeypatch, "model.onnx", timed, hold=((L1,), (L1, SIMPLIFIED)))
     res = bisect(stack, tmp_path, "fast")
     assert res["verdict"] == "culprits"
     first, second = res["culprits"]
@@ -148,7 +162,8 @@ def test_both_culprits_both_passes_with_few_whole_graph_builds(stack, tmp_path, 
     assert [off for _, off in remaining] == [(), (L1,)]
     assert all(thread.startswith("prefetch-build") for thread, _ in remaining), remaining
     # round 2's attribution (both passes off), guessed on culprit 1's subgraph, was built
-    # beside round 1's (LayerNormFusionL1 off), not after it, at a lower priority, and taken
+    # beside round 1's (LayerNormFusionL1 off), not after it (round 1's build held open
+    # until it started: `hold`), at a lower priority, and taken
     unmarked = {off: (start, end, nice) for off, marks, start, end, nice in timed if marks == 0}
     both, first_off = unmarked[(L1, SIMPLIFIED)], unmarked[(L1,)]
     assert both[0] < first_off[1], (both, first_off)
