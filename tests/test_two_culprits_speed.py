@@ -113,6 +113,18 @@ def test_both_culprits_both_passes_with_few_whole_graph_builds(stack, tmp_path, 
     path, _, expected, x = stack
     timed: list = []
     seen = _whole_graph_threads(monkeypatch, "model.onnx", timed, hold=((L1,), (L1, SIMPLIFIED)))
+    from bisect_tui.core.bisect.search import Bisector
+
+    checked: list = []  # (passes disabled, end) of each suspect's check on its subgraph
+    real_check = Bisector.check_on_subgraph
+
+    def check_on_subgraph(self, u):
+        try:
+            return real_check(self, u)
+        finally:
+            checked.append((tuple(self.config.disabled_passes), time.perf_counter()))
+
+    monkeypatch.setattr(Bisector, "check_on_subgraph", check_on_subgraph)
     res = bisect(stack, tmp_path, "fast")
     assert res["verdict"] == "culprits"
     first, second = res["culprits"]
@@ -170,6 +182,14 @@ def test_both_culprits_both_passes_with_few_whole_graph_builds(stack, tmp_path, 
     assert [thread for thread, off, marks in seen if off == (L1, SIMPLIFIED) and not marks][0].startswith("prefetch-build")
     if hasattr(os, "getpriority"):
         assert both[2] > os.getpriority(os.PRIO_PROCESS, 0) == first_off[2]
+    # round 2's remaining fusions (SimplifiedLayerNormalization held), the build round 2 ends
+    # on, was started before that suspect's check on its subgraph had ended, not once the
+    # suspect was confirmed, and at the search's own priority
+    rest2 = [(start, nice) for off, marks, start, end, nice in timed if off == (L1,) and 0 < marks < n_all]
+    round2_check = [end for off, end in checked if off == (L1,)]
+    assert len(rest2) == 1 and round2_check and rest2[0][0] < round2_check[0], (rest2, checked)
+    if hasattr(os, "getpriority"):
+        assert rest2[0][1] == os.getpriority(os.PRIO_PROCESS, 0)
 
 
 def test_same_answer_as_whole_graph_attribution_and_a_blocked_build_per_round(stack, tmp_path, monkeypatch):

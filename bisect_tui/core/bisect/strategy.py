@@ -207,10 +207,25 @@ class Search(Trials):
         if not batch:
             return None
         self._prefetch_attribution(batch[0])
+        self._prefetch_exposed_rest(units, batch[0])
         steps = self.suspects_alone(batch, [])
         hit = next((u for u, st in zip(batch, steps) if not st.passed), None)
         self._exposed_hit = hit
         return hit
+
+    def _prefetch_exposed_rest(self, units: list[Unit], u: Unit) -> None:
+        """The round's "remaining fusions" with `u` held, started before `u` is tried
+        alone: in a later round the fused node over an earlier culprit's nodes is most
+        often the culprit the disabled pass exposed (the two-culprit models of
+        docs/benchmarks.md, section 4), and
+        that build is the one the round ends on (_first_round asks for it once `u` is
+        confirmed). At the search's own priority: the round waits for it and for its
+        attribution's build alike, and at a lower one it only waited behind the
+        suspect's checks (measured there, seventh pass). A suspect that
+        passes alone leaves it unasked: not a step, not counted."""
+        rest = [x for x in units if x.blockable and x != u]
+        if rest and self.can_prefetch():
+            self.prefetch(Candidate("remaining fusions", rest, held=[u]))
 
     def _prefetch_attribution(self, u: Unit) -> None:
         """The suspect's pass, found now on its subgraph (its tags, else group
