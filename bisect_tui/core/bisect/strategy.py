@@ -217,12 +217,11 @@ class Search(Trials):
         """The round's "remaining fusions" with `u` held, started before `u` is tried
         alone: in a later round the fused node over an earlier culprit's nodes is most
         often the culprit the disabled pass exposed (the two-culprit models of
-        docs/benchmarks.md, section 4), and
-        that build is the one the round ends on (_first_round asks for it once `u` is
-        confirmed). At the search's own priority: the round waits for it and for its
-        attribution's build alike, and at a lower one it only waited behind the
-        suspect's checks (measured there, seventh pass). A suspect that
-        passes alone leaves it unasked: not a step, not counted."""
+        docs/benchmarks.md, section 4), and that build is the one the round ends on
+        (_first_round asks for it once `u` is confirmed). At the search's own priority:
+        the round waits for it and for its attribution's build alike, and at a lower one
+        it only waited behind the suspect's checks (measured there, seventh pass). A
+        suspect that passes alone leaves it unasked: not a step, not counted."""
         rest = [x for x in units if x.blockable and x != u]
         if rest and self.can_prefetch():
             self.prefetch(Candidate("remaining fusions", rest, held=[u]))
