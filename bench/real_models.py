@@ -22,6 +22,7 @@ import argparse
 import json
 import os
 import platform
+import shutil
 import subprocess
 import sys
 import time
@@ -281,6 +282,9 @@ def main() -> int:
     ap.add_argument("--markdown", type=Path, help="write the table here too")
     ap.add_argument("--budget", type=float, default=1200, help="stop starting runs after this many seconds")
     ap.add_argument("--work", type=Path, default=CACHE / "sessions")
+    ap.add_argument("--reuse", action="store_true",
+                    help="resume the sessions an earlier run left in --work instead of starting each afresh "
+                         "(their steps would be replayed, verdicts of older code or another host included)")
     args = ap.parse_args()
     import onnxruntime
     import openvino
@@ -296,6 +300,8 @@ def main() -> int:
                 left_out.append(f"{model.name} {run} (over the {args.budget:.0f} s budget)")
                 continue
             session = args.work / f"{path.stem}-{run.replace(' ', '_')}"
+            if not args.reuse and session.is_dir() and not session.is_symlink():
+                shutil.rmtree(session)
             common = [str(path), "--session", str(session), "-q", "--no-determinism", *engine_args, *model.args]
             code, check, secs, tail = tool(["check", *common], timeout=300)
             verdict, bis = check.get("verdict", f"exit {code}"), {}
