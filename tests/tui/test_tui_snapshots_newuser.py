@@ -50,7 +50,10 @@ def test_not_a_fusion_shows_its_evidence(snap_compare, workdir, samples):
     async def run(pilot):
         await bisect_then_culprit_full_screen(pilot)
         await pilot.press(*["down"] * 8)  # the pane scrolled to its evidence and the export line
-        await pilot.pause(0.2)
+        pane = app.screen.query_one(CulpritPanel)
+        await wait_for(pilot, lambda: not pane.is_scrolling and any(
+            getattr(a, "scroll_y", 0) > 0 for a in pane.ancestors_with_self), what="the pane scrolled")
+        await pilot.pause()  # its last scroll painted before the snapshot
         text = panel_text(app)
         assert app.state.bisect.result.final_verdict == "not_fusion"
         assert "The evidence below shows where the error starts" in text

@@ -207,24 +207,30 @@ class Search(Trials):
         if not batch:
             return None
         self._prefetch_attribution(batch[0])
-        self._prefetch_exposed_rest(units, batch[0])
+        self._prefetch_rest(units, batch[0])
         steps = self.suspects_alone(batch, [])
         hit = next((u for u, st in zip(batch, steps) if not st.passed), None)
         self._exposed_hit = hit
         return hit
 
-    def _prefetch_exposed_rest(self, units: list[Unit], u: Unit) -> None:
-        """The round's "remaining fusions" with `u` held, started before `u` is tried
-        alone: in a later round the fused node over an earlier culprit's nodes is most
-        often the culprit the disabled pass exposed (the two-culprit models of
-        docs/benchmarks.md, section 4), and that build is the one the round ends on
-        (_first_round asks for it once `u` is confirmed). At the search's own priority:
-        the round waits for it and for its attribution's build alike, and at a lower one
-        it only waited behind the suspect's checks (measured there, seventh pass). A
+    def _prefetch_rest(self, units: list[Unit], u: Unit) -> None:
+        """The round's "remaining fusions" with `u` held, started beside the work before
+        it: the build the round ends on. A later round starts it even before `u` is
+        tried alone (_exposed_suspect): there the fused node over an earlier culprit's
+        nodes is most often the culprit the disabled pass exposed (the two-culprit
+        models of docs/benchmarks.md, section 4). At the search's own priority: the
+        round waits for it and for its attribution's build alike, and at a lower one it
+        only waited behind the suspect's checks (measured there, seventh pass). A
         suspect that passes alone leaves it unasked: not a step, not counted."""
+        rest = self._rest_with(units, u)
+        if rest is not None:
+            self.prefetch(rest)
+
+    @staticmethod
+    def _rest_with(units: list[Unit], u: Unit) -> Optional[Candidate]:
+        """The round's "remaining fusions": every other blockable fusion free, `u` held."""
         rest = [x for x in units if x.blockable and x != u]
-        if rest and self.can_prefetch():
-            self.prefetch(Candidate("remaining fusions", rest, held=[u]))
+        return Candidate("remaining fusions", rest, held=[u]) if rest else None
 
     def _prefetch_attribution(self, u: Unit) -> None:
         """The suspect's pass, found now on its subgraph (its tags, else group
@@ -351,10 +357,7 @@ class Search(Trials):
             if confirmed is not None and (self.exposed or self._behind([confirmed])):
                 # the round's "remaining fusions" (_every_culprit prefetches it once the
                 # culprit is held): started now, beside the suspect's isolation
-                at_user, _ = self.units_at(self.config.level)
-                rest = [u for u in at_user if u.blockable and u != confirmed]
-                if rest:
-                    self.prefetch(Candidate("remaining fusions", rest, held=[confirmed]))
+                self._prefetch_rest(self.units_at(self.config.level)[0], confirmed)
         first = [blocked_cand]
         spec = []
         if confirmed is not None and self.findings is not None:
@@ -370,10 +373,9 @@ class Search(Trials):
             if spec:
                 first += [Candidate(self.map_kind(c), None, c) for c in spec]
             else:
-                at_user, _ = self.units_at(self.config.level)
-                rest = [u for u in at_user if u.blockable and u != confirmed]
-                if rest:
-                    first.append(Candidate("remaining fusions", rest, held=[confirmed]))
+                rest = self._rest_with(self.units_at(self.config.level)[0], confirmed)
+                if rest is not None:
+                    first.append(rest)
         self.blocked = self.evaluate_many(first)[0]
         return confirmed, self.blocked
 
