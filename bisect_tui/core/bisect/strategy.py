@@ -214,14 +214,12 @@ class Search(Trials):
         return hit
 
     def _prefetch_rest(self, units: list[Unit], u: Unit) -> None:
-        """The round's "remaining fusions" with `u` held, started beside the work before
-        it: the build the round ends on. A later round starts it even before `u` is
-        tried alone (_exposed_suspect): there the fused node over an earlier culprit's
-        nodes is most often the culprit the disabled pass exposed (the two-culprit
-        models of docs/benchmarks.md, section 4). At the search's own priority: the
-        round waits for it and for its attribution's build alike, and at a lower one it
-        only waited behind the suspect's checks (measured there, seventh pass). A
-        suspect that passes alone leaves it unasked: not a step, not counted."""
+        """The round's "remaining fusions" with `u` held (the build it ends on), started
+        beside the work before it; in a later round before `u` is even tried alone, as
+        the fused node over an earlier culprit's nodes is most often the culprit the
+        disabled pass exposed. At the search's priority: a lower one only queued it behind
+        the suspect's checks (docs/benchmarks.md, section 4, seventh pass). A suspect
+        that passes alone leaves it unasked: not a step, not counted."""
         rest = self._rest_with(units, u)
         if rest is not None:
             self.prefetch(rest)
