@@ -87,20 +87,33 @@ def versions(reference: "UnfusedReference") -> dict:
 
 
 def file_names(info: ModelInfo, tensors: list[str]) -> dict[str, str]:
-    """`layer_{index:04d}_{op}_{tensor}.npy`, unique even after making names safe."""
+    """`layer_{index:04d}_{op}_{tensor}.npy`, unique even after making names safe.
+
+    The index's maps are read into locals and each op type made safe once: per
+    tensor there is then one safe name to make and a set to check (a 21,000-tensor
+    model asked for its op types' safe names 21,000 times)."""
     names: dict[str, str] = {}
     used: set[str] = set()
+    producer, by_name, order = info.index.producer, info.index.by_name, info.index.order
+    ops: dict[str, str] = {}
     for t in tensors:
-        node = info.index.by_name[info.index.producer[t]]
-        idx = info.index.order[node.name]
-        base = f"layer_{idx:04d}_{safe_name(node.op_type, 24)}_{safe_name(t)}"
+        node = by_name[producer[t]]
+        idx = order[node.name]
+        op = node.op_type
+        safe_op = ops.get(op)
+        if safe_op is None:
+            safe_op = ops[op] = safe_name(op, 24)
+        base = f"layer_{idx:04d}_{safe_op}_{safe_name(t)}"
         fname = base + ".npy"
-        k = 1
-        # compared case-folded: on macOS/Windows `A` and `a` are one file
-        while fname.lower() in used:
-            fname = f"{base}_{k}.npy"
-            k += 1
-        used.add(fname.lower())
+        low = fname.lower()
+        if low in used:
+            k = 1
+            # compared case-folded: on macOS/Windows `A` and `a` are one file
+            while low in used:
+                fname = f"{base}_{k}.npy"
+                low = fname.lower()
+                k += 1
+        used.add(low)
         names[t] = fname
     return names
 
@@ -177,13 +190,16 @@ def run_baseline(
         progress(Progress("baseline", "warning: " + memory_warning, 0, None, {"warning": memory_warning}))
     written = {"bytes": sum(e["bytes"] for e in done.values())}
 
+    producer, by_name, positions = info.index.producer, info.index.by_name, info.index.order
+
     def entry(t: str, meta: dict) -> dict:
-        node = info.index.by_name[info.index.producer[t]]
+        node = by_name[producer[t]]
+        name = node.name
         return {
             "tensor": t,
-            "node": node.name,
+            "node": name,
             "op_type": node.op_type,
-            "index": info.index.order[node.name],
+            "index": positions[name],
             "file": fnames[t],
             **meta,
         }
@@ -213,7 +229,7 @@ def run_baseline(
 
     small = sum(v or 0 for v in sizes.values()) * max(inputs.samples, 1) <= REMEMBER_BASELINE_BYTES
     pack = len(tensors) >= baseline_pack.PACK_MIN_TENSORS
-    order = {t: info.index.order[info.index.producer[t]] for t in todo} if pack else None
+    order = {t: positions[producer[t]] for t in todo} if pack else None
     sink = NpySink(outdir, fnames, inputs.samples, on_done, remember=small, pack=pack, order=order)
     progress(Progress("baseline", f"{len(tensors)} tensors in {len(groups)} group(s)", len(done), len(tensors)))
     try:

@@ -76,8 +76,8 @@ def cache_written(path: Path, arr: np.ndarray, offset: Optional[int] = None,
     _cache_put(_cache_key(path, st) + ((offset,) if offset is not None else ()), arr)
 
 
-def _load_packed(path: Path, st: os.stat_result, e: dict) -> np.ndarray:
-    ident = _cache_key(path, st)
+def _load_packed(path: Path, st: os.stat_result, e: dict, ident: Optional[tuple] = None) -> np.ndarray:
+    ident = _cache_key(path, st) if ident is None else ident
     key = ident + (e.get("offset"),)
     hit = _CACHE.get(key)
     if hit is not None:
@@ -122,29 +122,55 @@ def _baseline_dir(session: Session) -> Path:
 
 
 def load_tensor(session: Session, manifest: dict, tensor: str, mmap: bool = True) -> np.ndarray:
+    return _load(session, manifest, tensor, mmap, None)
+
+
+def load_tensors(session: Session, manifest: dict, tensors: list[str], mmap: bool = True) -> list[np.ndarray]:
+    """load_tensor of each of `tensors`, in order, with the same checks and errors
+    (the first failing tensor raises), for the thousands of one probe group: the
+    baseline folder is confirmed and each file's identity read once for the batch,
+    not once per tensor (thousands of packed tensors share a file)."""
+    files: dict = {}
+    return [_load(session, manifest, t, mmap, files) for t in tensors]
+
+
+def _load(session: Session, manifest: dict, tensor: str, mmap: bool, files: Optional[dict]) -> np.ndarray:
+    """One tensor; `files`: what this batch has checked already (file name ->
+    (path, lstat, cache key); None -> the baseline folder), None for no batch."""
     e = _entry(manifest, tensor)
     if e is None:
         raise KeyError(tensor)
-    if not safepath.is_plain_name(e.get("file")):
-        raise safepath.UnsafePath(f"baseline manifest names {e.get('file')!r}, not a plain file name")
-    path = _baseline_dir(session) / e["file"]
-    try:
-        st = os.lstat(path)
-    except OSError:
-        st = None
-    if st is None or not stat.S_ISREG(st.st_mode):
-        raise safepath.UnsafePath(f"baseline tensor {path} is missing or not a regular file")
+    name = e.get("file")
+    seen = files.get(name) if files is not None and type(name) is str else None
+    if seen is None:
+        if not safepath.is_plain_name(name):
+            raise safepath.UnsafePath(f"baseline manifest names {name!r}, not a plain file name")
+        base = files.get(None) if files is not None else None
+        if base is None:
+            base = _baseline_dir(session)
+            if files is not None:
+                files[None] = base
+        path = base / e["file"]
+        try:
+            st = os.lstat(path)
+        except OSError:
+            st = None
+        if st is None or not stat.S_ISREG(st.st_mode):
+            raise safepath.UnsafePath(f"baseline tensor {path} is missing or not a regular file")
+        seen = (path, st, _cache_key(path, st))
+        if files is not None:
+            files[name] = seen
+    path, st, ident = seen
     if baseline_pack.is_packed(e):
-        return _load_packed(path, st, e)
+        return _load_packed(path, st, e, ident)
     if st.st_size > SMALL_TENSOR_BYTES:
         return np.load(path, mmap_mode="r" if mmap else None, allow_pickle=False)
-    key = _cache_key(path, st)
-    hit = _CACHE.get(key)
+    hit = _CACHE.get(ident)
     if hit is not None:
-        _CACHE.move_to_end(key)
+        _CACHE.move_to_end(ident)
         return hit
     arr = np.load(path, allow_pickle=False)
-    _cache_put(key, arr)
+    _cache_put(ident, arr)
     return arr
 
 
@@ -170,3 +196,10 @@ def reference_output(info: ModelInfo, session: Session, manifest: dict, inputs: 
 
 def manifest_index(manifest: dict) -> dict[str, dict]:
     return {e["tensor"]: e for e in manifest["tensors"]}
+
+
+def indexed(manifest: dict) -> dict[str, dict]:
+    """manifest_index(manifest), the one load_tensor looks names up in: built once
+    per manifest (the probe asks on every call, 21,000 entries). Read-only."""
+    _entry(manifest, "")
+    return _LAST_INDEX[0][3]

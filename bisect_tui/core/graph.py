@@ -8,9 +8,8 @@ baseline manifest, the fused-node map, bisection steps and reports.
 from __future__ import annotations
 
 import re
-from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Iterable, Optional
+from typing import Collection, Iterable, Optional
 
 import onnx
 from onnx import shape_inference
@@ -68,33 +67,49 @@ class GraphIndex:
 
     @classmethod
     def build(cls, model: onnx.ModelProto) -> "GraphIndex":
+        # Each protobuf field is read once into plain lists (every read of a
+        # NodeProto field crosses into the C extension and builds new objects).
         g = model.graph
         inits = {i.name for i in g.initializer} | {
             i.values.name for i in g.sparse_initializer
         }
-        nodes, ins = toposort_with_inputs(list(g.node), {i.name for i in g.input} | inits)
+        raw = list(g.node)
+        written, outs, ins = node_io(raw)
+        order = topo_order(ins, outs, {i.name for i in g.input} | inits)
+        nodes = [raw[k] for k in order]
+        names = [n.name for n in nodes]
+        outs = [outs[k] for k in order]
+        ins = [ins[k] for k in order]
         producer: dict[str, str] = {}
-        consumers: dict[str, list[str]] = defaultdict(list)
-        inputs: dict[str, list[str]] = {}
-        for n, n_ins in zip(nodes, ins):
-            name = n.name
-            for o in n.output:
+        consumers: dict[str, list[str]] = {}
+        tensors: list[str] = []
+        for name, n_outs, n_ins in zip(names, outs, ins):
+            for o in n_outs:
                 if o:
                     producer[o] = name
+                    tensors.append(o)
             for t in n_ins:
-                consumers[t].append(name)
-            inputs[name] = n_ins
-        return cls(
+                c = consumers.get(t)
+                if c is None:
+                    consumers[t] = [name]
+                else:
+                    c.append(name)
+        by_name = dict(zip(names, nodes))  # a repeated name: the last one, as everywhere
+        index = cls(
             nodes=nodes,
-            order={n.name: i for i, n in enumerate(nodes)},
+            order={name: pos for pos, name in enumerate(names)},
             producer=producer,
-            consumers=dict(consumers),
+            consumers=consumers,
             graph_inputs=[i.name for i in g.input if i.name not in inits],
             graph_outputs=[o.name for o in g.output],
             initializers=inits,
-            by_name={n.name: n for n in nodes},
-            inputs=inputs,
+            by_name=by_name,
+            inputs=dict(zip(names, ins)),
         )
+        # read already: what intermediate_tensors and io_by_name would read again
+        index.__dict__["_tensors"] = (nodes, len(nodes), tuple(tensors))
+        index.__dict__["_io"] = (by_name, len(by_name), dict(zip(names, zip([written[k] for k in order], outs))))
+        return index
 
     def intermediate_tensors(self) -> list[str]:
         """Every tensor produced by a node, in topological order (outputs included).
@@ -109,21 +124,40 @@ class GraphIndex:
             memo = self.__dict__["_tensors"] = (self.nodes, len(self.nodes), tuple(out))
         return list(memo[2])
 
+    def io_by_name(self) -> dict[str, tuple[list[str], list[str]]]:
+        """Node name -> (its inputs as written, its outputs as written), plain
+        lists kept beside `by_name` (the unit builder reads them for every covered
+        node of every fused node, a protobuf read each). Read-only."""
+        memo = self.__dict__.get("_io")
+        by_name = self.by_name
+        if memo is None or memo[0] is not by_name or memo[1] != len(by_name):
+            names = list(by_name)
+            written, outs, _ = node_io([by_name[n] for n in names])
+            memo = self.__dict__["_io"] = (by_name, len(by_name), dict(zip(names, zip(written, outs))))
+        return memo[2]
+
     def ancestors_within(self, tensors: Iterable[str], stop: set[str]) -> list[str]:
         """Node names reached walking back from `tensors`, not crossing `stop` tensors."""
+        return sorted(self.ancestor_set(tensors, stop), key=self.order.__getitem__)
+
+    def ancestor_set(self, tensors: Iterable[str], stop: Collection[str]) -> set[str]:
+        """`ancestors_within` as an unordered set (for callers that merge or sort later)."""
         seen: set[str] = set()
+        producer = self.producer
+        inputs = self.inputs
+        inits = self.initializers
         stack = [t for t in tensors if t not in stop]
+        pop, push = stack.pop, stack.append
         while stack:
-            t = stack.pop()
-            p = self.producer.get(t)
+            p = producer.get(pop())
             if p is None or p in seen:
                 continue
             seen.add(p)
-            ins = self.inputs.get(p)
+            ins = inputs.get(p)
             for i in ins if ins is not None else node_inputs(self.by_name[p]):
-                if i not in stop and i not in self.initializers:
-                    stack.append(i)
-        return sorted(seen, key=self.order.__getitem__)
+                if i not in stop and i not in inits:
+                    push(i)
+        return seen
 
 
 _GRAPH_TYPES = (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
@@ -131,7 +165,17 @@ _GRAPH_TYPES = (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
 
 def node_inputs(node: onnx.NodeProto) -> list[str]:
     """Inputs of a node including tensors used implicitly by its subgraphs (If/Loop/Scan)."""
-    names = [i for i in node.input if i]
+    names = node.input[:]
+    if "" in names:
+        names = [i for i in names if i]
+    if node.attribute:
+        names.extend(_implicit_inputs(node))
+    return names
+
+
+def _implicit_inputs(node: onnx.NodeProto) -> list[str]:
+    """Outer-scope tensors the node's subgraphs read, in the order they are met."""
+    names: list[str] = []
     for attr in node.attribute:
         t = attr.type
         if t not in _GRAPH_TYPES and (t or not (attr.HasField("g") or len(attr.graphs))):
@@ -148,6 +192,24 @@ def node_inputs(node: onnx.NodeProto) -> list[str]:
     return names
 
 
+def node_io(nodes: list[onnx.NodeProto]) -> tuple[list, list, list]:
+    """Per node, each field read once: its inputs as written, its outputs as
+    written, and its `node_inputs` (where that is the same list as the first,
+    it is the same object: share, don't modify)."""
+    written = [n.input[:] for n in nodes]
+    outs = [n.output[:] for n in nodes]
+    ins: list[list[str]] = []
+    for n, names in zip(nodes, written):
+        if "" in names:
+            names = [i for i in names if i]
+        if n.attribute:
+            extra = _implicit_inputs(n)
+            if extra:
+                names = names + extra
+        ins.append(names)
+    return written, outs, ins
+
+
 def toposort(nodes: list[onnx.NodeProto], available: set[str]) -> list[onnx.NodeProto]:
     """Stable topological sort (ONNX requires it, but not every exporter obeys)."""
     return toposort_with_inputs(nodes, available)[0]
@@ -157,25 +219,42 @@ def toposort_with_inputs(
     nodes: list[onnx.NodeProto], available: set[str]
 ) -> tuple[list[onnx.NodeProto], list[list[str]]]:
     """`toposort`, with each sorted node's `node_inputs` beside it (read once per node)."""
-    avail = set(available) | {""}
-    pending = [(n, node_inputs(n)) for n in nodes]
-    out: list[tuple[onnx.NodeProto, list[str]]] = []
-    produced_anywhere = {o for n in nodes for o in n.output}
-    while pending:
-        progressed = False
-        rest = []
-        for item in pending:
-            if all(i in avail or i not in produced_anywhere for i in item[1]):
-                out.append(item)
-                avail.update(item[0].output)
-                progressed = True
+    nodes = list(nodes)
+    _, outs, ins = node_io(nodes)
+    order = topo_order(ins, outs, available)
+    return [nodes[k] for k in order], [ins[k] for k in order]
+
+
+def topo_order(ins: list[list[str]], outs: list[list[str]], available: Iterable[str]) -> list[int]:
+    """Positions of a stable topological order of nodes given as plain lists.
+
+    Passes over the pending nodes in file order, each taking every node whose
+    inputs are available (or produced by no node at all), until none is left
+    or a pass takes nothing (a cycle: the rest keep their file order). A node
+    waits only on `missing`, the produced tensors not available yet, so one
+    set check per node and pass replaces a look-up per input."""
+    missing: set[str] = set().union(*outs)
+    missing.difference_update(available)
+    missing.discard("")
+    pending: Iterable[int] = range(len(ins))
+    order: list[int] = []
+    isdisjoint, done, take = missing.isdisjoint, missing.difference_update, order.append
+    while True:
+        rest: list[int] = []
+        taken = len(order)
+        for k in pending:
+            if isdisjoint(ins[k]):
+                take(k)
+                if missing:
+                    done(outs[k])
             else:
-                rest.append(item)
-        if not progressed:  # a cycle: keep the file order for the rest
-            out.extend(rest)
-            break
+                rest.append(k)
+        if not rest:
+            return order
+        if len(order) == taken:  # a cycle: keep the file order for the rest
+            order.extend(rest)
+            return order
         pending = rest
-    return [n for n, _ in out], [i for _, i in out]
 
 
 def tensor_types(model: onnx.ModelProto) -> dict[str, onnx.TypeProto]:
@@ -219,15 +298,17 @@ def mark_outputs(
     have = set(existing)
     if types is None:
         types = tensor_types(model)
+    add = m.graph.output.add  # filled in place: append() would copy each one again
     for t in tensors:
         if t in have or not t:
             continue
-        vi = onnx.ValueInfoProto()
+        vi = add()
         vi.name = t
         tt = types.get(t)
-        if tt is not None and tt.HasField("tensor_type") and tt.tensor_type.elem_type:
-            vi.type.tensor_type.elem_type = tt.tensor_type.elem_type
-        m.graph.output.append(vi)
+        if tt is not None and tt.HasField("tensor_type"):
+            elem = tt.tensor_type.elem_type
+            if elem:
+                vi.type.tensor_type.elem_type = elem
         have.add(t)
     return m
 

@@ -8,6 +8,7 @@ The loop is the same for every reference: a reference only opens sessions.
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Optional
 
 import numpy as np
@@ -40,24 +41,50 @@ def with_fixed_inputs(model: onnx.ModelProto, shapes: dict[str, list[int]]) -> o
 def estimate_sizes(
     model: onnx.ModelProto, shapes: dict[str, list[int]], tensors: Iterable[str]
 ) -> tuple[dict[str, Optional[int]], dict[str, onnx.TypeProto]]:
-    """Bytes per sample of each tensor from shape inference (None when unknown)."""
+    """Bytes per sample of each tensor from shape inference (None when unknown).
+
+    The item size is looked up once per element type and the dims multiplied as
+    Python ints (np.dtype and np.prod per tensor were most of this at 21,000
+    tensors); a product outside int64 takes np.prod, so it wraps as it did."""
     types = tensor_types(with_fixed_inputs(model, shapes))
     sizes: dict[str, Optional[int]] = {}
+    items: dict[int, Optional[int]] = {}  # elem_type -> item size (None: numpy has no such type)
+    get = types.get
     for t in tensors:
-        tp = types.get(t)
+        tp = get(t)
         size = None
-        if tp is not None and tp.HasField("tensor_type") and tp.tensor_type.elem_type:
-            dims = tp.tensor_type.shape.dim
-            if tp.tensor_type.HasField("shape") and all(d.HasField("dim_value") for d in dims):
-                try:
-                    item = np.dtype(
-                        onnx.helper.tensor_dtype_to_np_dtype(tp.tensor_type.elem_type)
-                    ).itemsize
-                    size = int(np.prod([d.dim_value for d in dims], dtype=np.int64)) * item
-                except Exception:
-                    size = None
+        if tp is not None and tp.HasField("tensor_type"):
+            tt = tp.tensor_type
+            elem = tt.elem_type
+            if elem and tt.HasField("shape"):
+                vals = []
+                for d in tt.shape.dim:
+                    if not d.HasField("dim_value"):
+                        break
+                    vals.append(d.dim_value)
+                else:
+                    size = _size(elem, vals, items)
         sizes[t] = size
     return sizes, types
+
+
+def _size(elem: int, dims: list[int], items: dict[int, Optional[int]]) -> Optional[int]:
+    """`int(np.prod(dims, dtype=np.int64)) * itemsize`, the item size memoised in `items`
+    (None, as the old per-tensor try/except gave, for a type numpy cannot name)."""
+    if elem in items:
+        item = items[elem]
+    else:
+        try:
+            item = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(elem)).itemsize
+        except Exception:
+            item = None
+        items[elem] = item
+    if item is None:
+        return None
+    n = math.prod(dims)
+    if not -(1 << 63) <= n < (1 << 63):
+        n = int(np.prod(dims, dtype=np.int64))
+    return n * item
 
 
 def model_sizes(info, shapes: dict[str, list[int]]):
@@ -125,6 +152,7 @@ def run_groups(
         marked = mark_outputs(model, group, types=types if types is not None else {}, keep_original=False)
         sess = open_session(reference, marked)
         names = sess.output_names()
+        write, ndarray = sink.write, np.ndarray  # looked up once: thousands of tensors a group
         for k in range(inputs.samples):
             cancel.check()
             try:
@@ -135,15 +163,21 @@ def run_groups(
                 raise UserError(f"{reference.label} failed to run the model: {msg[:300]}"
                                 f"{guessed_inputs_hint(inputs)}{where}") from None
             for name, value in zip(names, values):
-                if isinstance(value, np.ndarray):
-                    sink.write(name, k, value)
+                if isinstance(value, ndarray):
+                    write(name, k, value)
                     held += value.nbytes
                 elif k == 0:
                     skipped.append(name)
             del values
-        for name in names:
-            if name not in skipped:
-                sink.end(name)
+        end = sink.end
+        if skipped:  # looked up in a set: in the list it was quadratic in the skipped tensors
+            skip = set(skipped)
+            for name in names:
+                if name not in skip:
+                    end(name)
+        else:
+            for name in names:
+                end(name)
         end_group = getattr(sink, "end_group", None)  # a sink that writes per group (baseline packs)
         if end_group is not None:
             end_group()

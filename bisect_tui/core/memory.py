@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import gc
 import math
+from bisect import bisect_right
+from itertools import accumulate
 
 from bisect_tui.core.errors import UserError
 
@@ -82,12 +84,38 @@ def weight_copies(info) -> int:
 def runs_within(items: list, size, budget: int) -> list[list]:
     """`items` cut, in order, into runs whose `size(item)` add up to at most `budget`
     (an item bigger than the budget alone in its run): the baseline's groups, and the
-    batches of the vectorised statistics and comparisons."""
+    batches of the vectorised statistics and comparisons.
+
+    Sizes that are all non-negative ints (bytes, element counts: always, in practice)
+    are cut by bisecting their running total, in C, instead of one Python step per
+    item (21,000 tensors, six times a bisect); the runs are the same exact integer
+    arithmetic gives. Anything else takes the plain loop."""
+    items = list(items)
+    sizes = list(map(size, items))
+    if not sizes:
+        return []
+    try:
+        totals = list(accumulate(sizes, initial=0))  # totals[k]: the size of items[:k]
+    except (TypeError, OverflowError, ValueError):  # numpy ints past int64: the loop says how
+        return _runs_loop(items, sizes, budget)
+    # a float or numpy size makes the total a float or numpy number: the plain loop then
+    if type(totals[-1]) is not int or type(budget) is not int or min(sizes) < 0:
+        return _runs_loop(items, sizes, budget)
+    runs: list[list] = []
+    start, n = 0, len(items)
+    while start < n:
+        # the longest run from `start` within the budget, at least one item
+        end = max(bisect_right(totals, totals[start] + budget, start + 1) - 1, start + 1)
+        runs.append(items[start:end])
+        start = end
+    return runs
+
+
+def _runs_loop(items: list, sizes: list, budget) -> list[list]:
     runs: list[list] = []
     run: list = []
     used = 0
-    for item in items:
-        n = size(item)
+    for item, n in zip(items, sizes):
         if run and used + n > budget:
             runs.append(run)
             run, used = [], 0

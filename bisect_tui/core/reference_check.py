@@ -70,6 +70,43 @@ def rel_diff(a: np.ndarray, b: np.ndarray) -> tuple[float, float, float]:
     return worst, scale, _ratio(worst, scale)
 
 
+BATCH_SIZE_MAX = 1 << 16  # elements of a tensor compared in a batch; larger ones alone
+_BATCH_ELEMENTS = 1 << 21  # elements stacked at once (16 MiB of float64 differences)
+
+
+def rel_diffs(pairs: list[tuple[np.ndarray, np.ndarray]]) -> list[tuple[float, float, float]]:
+    """`rel_diff` of each pair, the same numbers: small tensors of one shape and dtype
+    are stacked and reduced together (each max is exact, so a row's max is the
+    tensor's), and a row that is not finite everywhere goes to `rel_diff` alone. One
+    call per tensor cost about 25 us of numpy overhead: 0.5 s for the 21,000 tensors of
+    a 21,000-node model, checked in the second run while the parent dumps."""
+    out: list = [None] * len(pairs)
+    groups: dict[tuple, list[int]] = {}
+    for k, (a, b) in enumerate(pairs):
+        if (isinstance(a, np.ndarray) and isinstance(b, np.ndarray) and a.shape == b.shape and a.ndim
+                and 0 < a.size <= BATCH_SIZE_MAX):
+            groups.setdefault((a.shape, a.dtype.str, b.dtype.str), []).append(k)
+        else:
+            out[k] = rel_diff(a, b)
+    for ks in groups.values():
+        step = max(1, _BATCH_ELEMENTS // pairs[ks[0]][0].size)
+        for lo in range(0, len(ks), step):
+            rows = ks[lo:lo + step]
+            x = np.stack([pairs[k][0] for k in rows]).reshape(len(rows), -1)
+            y = np.stack([pairs[k][1] for k in rows]).reshape(len(rows), -1)
+            with np.errstate(all="ignore"):  # a row not finite is redone alone, warnings and all
+                d = np.subtract(x, y, dtype=np.float64)
+                np.abs(d, out=d)
+                worst = d.max(axis=1)
+                scale = np.maximum(np.maximum(y.max(axis=1), -y.min(axis=1)).astype(np.float64),
+                                   np.maximum(x.max(axis=1), -x.min(axis=1)))
+            ok = (np.isfinite(worst) & np.isfinite(scale) & (scale > 0)).tolist()
+            for k, w, sc, fine in zip(rows, worst.tolist(), scale.tolist(), ok):
+                # not finite, or all zeros (whose sign rel_diff's max keeps): alone
+                out[k] = (w, sc, _ratio(w, sc)) if fine else rel_diff(*pairs[k])
+    return out
+
+
 def _ratio(worst: float, scale: float) -> float:
     """The difference over the scale of both sides; none below FP32's least normal value."""
     if worst <= _TINY32:
@@ -162,18 +199,16 @@ class ReferenceCheck:
         if start == 0:
             self._local_run = 0
             self._worst_run = None
+        screened = self._screen(nodes, results, sample, start)
         for i in range(start, len(nodes)):
             node = nodes[i].onnx_node
             past = None
             for out in node.output:
-                v64 = results.get(out)
-                if not out or not is_float(v64):
-                    continue
-                v32 = self.fp32(out, sample)
-                if v32 is None or not is_float(v32):
+                got = screened.get(out) if out else None
+                if got is None:
                     continue
                 self._compared.add(out)
-                d, scale, rel = rel_diff(v64, v32)
+                d, scale, rel = got
                 ratio = rel / SCREEN
                 if self._worst_run is None or ratio > self._worst_run["ratio"]:
                     self._worst_run = {"tensor": out, "node": node.name, "op_type": node.op_type, "max_abs": d,
@@ -202,6 +237,23 @@ class ReferenceCheck:
                 return found if self.unreliable is None else None
         self.worst = self._worst_run
         return None
+
+    def _screen(self, nodes: list, results: dict, sample: int, start: int) -> dict:
+        """Every float output from node `start` on that FP32 has too, compared at once
+        (`rel_diffs`): tensor -> (max |float64 - FP32|, scale, their ratio)."""
+        names: list[str] = []
+        pairs: list[tuple[np.ndarray, np.ndarray]] = []
+        for inst in nodes[start:]:
+            for out in inst.onnx_node.output:
+                v64 = results.get(out) if out else None
+                if not is_float(v64):
+                    continue
+                v32 = self.fp32(out, sample)
+                if v32 is None or not is_float(v32):
+                    continue
+                names.append(out)
+                pairs.append((v64, v32))
+        return dict(zip(names, rel_diffs(pairs)))
 
     def _inputs32(self, node: onnx.NodeProto, results: dict, sample: int) -> list:
         """The node's inputs as FP32 computed them (widened), where FP32 has them."""

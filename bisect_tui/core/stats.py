@@ -248,58 +248,117 @@ def finished_f32_many(tensors: list[list[np.ndarray]]) -> list[Optional[dict]]:
     per-tensor path was ~45 us of Python and numpy calls, most of a
     5,000-tensor dump's statistics."""
     out: list[Optional[dict]] = [None] * len(tensors)
-    picked = [k for k, s in enumerate(tensors) if s and all(a.dtype == np.float32 and a.size for a in s)]
+    f32 = np.dtype(np.float32)  # compared as a dtype: `== np.float32` converts the type per array
+    picked = [k for k, s in enumerate(tensors) if s and all(a.dtype == f32 and a.size for a in s)]
+    elems = {k: sum(a.size for a in tensors[k]) for k in picked}
     with np.errstate(invalid="ignore", over="ignore"):  # sums of segments with Inf: dropped below
-        for chunk in runs_within(picked, lambda k: sum(a.size for a in tensors[k]), BATCH_ELEMENTS):
+        for chunk in runs_within(picked, elems.__getitem__, BATCH_ELEMENTS):
             _f32_many(tensors, chunk, out)
     return out
 
 
-# Elements of one batch of `finished_f32_many`: its temporaries take ~40 bytes an element
-# (the segment index and its histogram key as intp, a float64 copy and its square, masks).
+# Elements of one batch of `finished_f32_many`: its temporaries take ~25 bytes an element
+# (the histogram key as intp, a float64 copy squared in place, the bits, bytes of fields).
 # Unbounded, a 21,000-tensor group holding 306 MB of float32 made 3.2 GB of them at once
-# (peak RSS 3.9 GB under --max-memory 2G); per batch of 4M elements they take ~160 MB
+# (peak RSS 3.9 GB under --max-memory 2G); per batch of 4M elements they take ~100 MB
 # whatever the group's size, and the figures are the same (each tensor is summed alone).
 BATCH_ELEMENTS = 1 << 22
 
+# The count bins of an exponent field: 0 (zeros and subnormals), 1-95 together (the
+# histogram's lowest bin), 96-158 one each (its inner bins), 159-254 together (its top
+# bin), 255 (NaN/Inf): 67 counts per sample instead of 256 and no cumulative sum over them
+_NBINS = 67
+_BIN_OF_FIELD = np.array([0] + [1] * 95 + list(range(2, 65)) + [65] * 96 + [66], np.uint8)
+assert _BIN_OF_FIELD.size == 256 and _BIN_OF_FIELD[LOG2_LO + 127] == 1 and _BIN_OF_FIELD[LOG2_HI + 127] == 65
+
+
+def _segment_counts(mask: np.ndarray, starts: np.ndarray) -> np.ndarray:
+    """How many of each segment's elements `mask` holds (exact: integer sums)."""
+    return np.add.reduceat(mask, starts, dtype=np.intp)
+
 
 def _f32_many(tensors: list[list[np.ndarray]], picked: list[int], out: list[Optional[dict]]) -> None:
-    arrays = [np.ascontiguousarray(a).reshape(-1) for k in picked for a in tensors[k]]
-    sizes = np.fromiter((a.size for a in arrays), np.intp, len(arrays))
+    """One batch. The samples are laid out by size (stable), so the samples of one
+    size are the rows of one 2-d view: row sums there are the same pairwise sums
+    as each sample's own `sum()` (a reduceat is not: it adds a segment's first
+    element last), and the histogram keys are a row offset plus a byte, no
+    per-element segment index. The rarely non-zero counts (zeros, FP16/BF16
+    overflow, BF16 underflow) pass over the bits only when a field says some
+    element may count. Results go back to the samples' own order at the end."""
+    arrays = [a for k in picked for a in tensors[k]]
     nseg = len(arrays)
-    ends = np.cumsum(sizes)
-    starts = ends - sizes
-    flat = np.concatenate(arrays)
-    raw = flat.view(np.uint32)
-    seg = np.repeat(np.arange(nseg, dtype=np.intp), sizes)
-    fields = np.right_shift(raw, 23).astype(np.uint8)  # the cast drops the sign bit
-    counts = np.bincount(seg * 256 + fields, minlength=nseg * 256).reshape(nseg, 256)
-    bits = raw & np.uint32(0x7FFFFFFF)
-
-    def per_segment(mask: np.ndarray) -> np.ndarray:
-        return np.bincount(seg[mask], minlength=nseg)
-
-    zeros = per_segment(bits == 0)
-    fp16_over = per_segment(bits > np.uint32(_F32["fp16_max"]))
-    bf16_over = per_segment(bits > np.uint32(_F32["bf16_max"]))
-    bf16_under = per_segment(bits < np.uint32(_F32["bf16_zero_below"])) - zeros
-    below = np.cumsum(counts, axis=1)
-    fp16_sub = below[:, _FIELD["fp16_min_normal"] - 1] - zeros
-    fp16_under = below[:, _FIELD["fp16_zero_below"] - 1] - zeros
-    lo_f, hi_f = LOG2_LO + 127, LOG2_HI + 127
-    hist = np.empty((nseg, LOG2_HI - LOG2_LO + 1), np.int64)
-    hist[:, 0] = counts[:, 0] - zeros + counts[:, 1: lo_f + 1].sum(axis=1)
-    hist[:, 1:-1] = counts[:, lo_f + 1: hi_f]
-    hist[:, -1] = counts[:, hi_f:255].sum(axis=1)
-    mins = np.minimum.reduceat(flat, starts).tolist()
-    maxs = np.maximum.reduceat(flat, starts).tolist()
+    sizes = np.fromiter([a.size for a in arrays], np.intp, nseg)
+    perm = np.argsort(sizes, kind="stable")
+    ssz = sizes[perm]
+    flat = np.concatenate([arrays[i] for i in perm.tolist()], axis=None)  # each raveled in C order
+    ends = np.cumsum(ssz)
+    starts = ends - ssz
+    bits = flat.view(np.uint32) & np.uint32(0x7FFFFFFF)
+    fields = np.right_shift(bits, 23).astype(np.uint8)
+    bins = np.take(_BIN_OF_FIELD, fields)
+    del fields
+    keys = np.empty(flat.size, np.intp)
     f64 = flat.astype(np.float64)
-    sq = f64 * f64
-    sums = [float(f64[a:b].sum()) for a, b in zip(starts.tolist(), ends.tolist())]
-    sumsqs = [float(sq[a:b].sum()) for a, b in zip(starts.tolist(), ends.tolist())]
-    nonfinite = counts[:, 255].tolist()
-    cols = list(zip(*(x.tolist() for x in (sizes, zeros, fp16_over, fp16_sub, fp16_under, bf16_over, bf16_under))))
-    hist_rows = hist.tolist()
+    sums = np.empty(nseg, np.float64)
+    sumsqs = np.empty(nseg, np.float64)
+    groups = np.flatnonzero(np.diff(ssz)) + 1
+    bounds = [0, *groups.tolist(), nseg]
+    for r0, r1 in zip(bounds[:-1], bounds[1:]):
+        s, e0 = int(ssz[r0]), int(starts[r0])
+        e1 = e0 + (r1 - r0) * s
+        offs = np.arange(r0 * _NBINS, r1 * _NBINS, _NBINS, dtype=np.intp)[:, None]
+        np.add(bins[e0:e1].reshape(-1, s), offs, out=keys[e0:e1].reshape(-1, s))
+        np.add.reduce(f64[e0:e1].reshape(-1, s), axis=1, out=sums[r0:r1])
+    np.multiply(f64, f64, out=f64)
+    for r0, r1 in zip(bounds[:-1], bounds[1:]):
+        s, e0 = int(ssz[r0]), int(starts[r0])
+        np.add.reduce(f64[e0:e0 + (r1 - r0) * s].reshape(-1, s), axis=1, out=sumsqs[r0:r1])
+    del f64, bins
+    counts = np.bincount(keys, minlength=nseg * _NBINS).reshape(nseg, _NBINS)
+    del keys
+    none = np.zeros(nseg, np.intp)
+    zeros = _segment_counts(bits == 0, starts) if counts[:, 0].any() else none
+    bf16_under = (_segment_counts(bits < np.uint32(_F32["bf16_zero_below"]), starts) - zeros
+                  if counts[:, 0].any() else none)
+    # |x| > FP16_MAX needs a field of at least FP16_MAX's (142: bin 48); BF16_MAX's is 254 (bin 65)
+    fp16_over = (_segment_counts(bits > np.uint32(_F32["fp16_max"]), starts)
+                 if counts[:, _BIN_OF_FIELD[_FIELD["fp16_max"]]:].any() else none)
+    bf16_over = (_segment_counts(bits > np.uint32(_F32["bf16_max"]), starts)
+                 if counts[:, _BIN_OF_FIELD[_FIELD["bf16_max"]]:].any() else none)
+    low = counts[:, 0] + counts[:, 1]  # every field up to 95
+    fp16_sub = low + counts[:, 2: _FIELD["fp16_min_normal"] - 94].sum(axis=1) - zeros
+    fp16_under = low + counts[:, 2: _FIELD["fp16_zero_below"] - 94].sum(axis=1) - zeros
+    hist = np.empty((nseg, LOG2_HI - LOG2_LO + 1), np.int64)
+    hist[:, 0] = low - zeros
+    hist[:, 1:] = counts[:, 2:66]
+    mins = np.minimum.reduceat(flat, starts)
+    maxs = np.maximum.reduceat(flat, starts)
+    inv = np.empty(nseg, np.intp)
+    inv[perm] = np.arange(nseg, dtype=np.intp)  # a sample's row in the laid-out order
+
+    def back(x: np.ndarray) -> list:
+        return x[inv].tolist()
+
+    sums, sumsqs, mins, maxs = back(sums), back(sumsqs), back(mins), back(maxs)
+    nonfinite = back(counts[:, 66])
+    per_sample = [sizes.tolist(), *(back(x) for x in (zeros, fp16_over, fp16_sub, fp16_under, bf16_over, bf16_under))]
+    hist_rows = back(hist)
+    if nseg == len(picked):  # one sample each (the usual dump): nothing to merge
+        for k, numel, zero, f16o, f16s, f16u, b16o, b16u, total, sumsq, lo, hi, h, nf in zip(
+                picked, *per_sample, sums, sumsqs, mins, maxs, hist_rows, nonfinite):
+            if nf:
+                continue
+            mean = total / numel
+            out[k] = {
+                "numel": numel, "finite": numel, "nan": 0, "inf": 0, "zeros": zero,
+                "min": lo, "max": hi, "abs_max": max(0.0, -lo, hi),
+                "fp16_overflow": f16o, "fp16_subnormal": f16s, "fp16_underflow": f16u,
+                "bf16_overflow": b16o, "bf16_underflow": b16u,
+                "log2_hist": h, "mean": mean,
+                "std": math.sqrt(max(sumsq / numel - mean * mean, 0.0)),
+            }
+        return
+    cols = list(zip(*per_sample))
     j = 0
     for k in picked:
         n = len(tensors[k])

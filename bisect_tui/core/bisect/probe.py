@@ -12,11 +12,12 @@ upstream (inherited).
 
 from __future__ import annotations
 
+import heapq
 from typing import Optional
 
 import numpy as np
 
-from bisect_tui.core.baseline_store import load_tensor, manifest_index
+from bisect_tui.core.baseline_store import indexed, load_tensors
 from bisect_tui.core.bisect.units import Unit
 from bisect_tui.core.cancel import Progress
 from bisect_tui.core.groups import plan_groups
@@ -24,35 +25,58 @@ from bisect_tui.core.memory import release_memory
 from bisect_tui.core.tolerance import judge_many
 
 
+_WIDEN: dict = {}  # dtype -> judged as FP32 (FP16, bfloat16); dtype.name costs 2 us a tensor
+
+
+def _widened(dtype) -> bool:
+    widen = _WIDEN.get(dtype)
+    if widen is None:
+        widen = _WIDEN[dtype] = bool(dtype == np.float16 or dtype.name == "bfloat16")
+    return widen
+
+
 class _ErrorSink:
     """Each tensor judged against the baseline; a group's tensors together at its
-    end (tolerance.judge_many: thousands of small tensors, one pass)."""
+    end (tolerance.judge_many: thousands of small tensors, one pass), their
+    baseline twins read in one batch (baseline_store.load_tensors)."""
 
     def __init__(self, triage, tol):
         self.t = triage
         self.tol = tol
         self.parts: dict[str, list[np.ndarray]] = {}
         self.errors: dict[str, dict] = {}
-        self._ready: list[tuple[str, np.ndarray, np.ndarray]] = []
+        self._ready: list[tuple[str, np.ndarray]] = []
 
     def write(self, tensor: str, sample: int, array: np.ndarray) -> None:
-        if array.dtype == np.float16 or array.dtype.name == "bfloat16":
+        if _widened(array.dtype):
             # an FP16 engine's own tensor, judged on its values: the baseline is FP32
             array = array.astype(np.float32)
-        self.parts.setdefault(tensor, []).append(array)
+        parts = self.parts.get(tensor)
+        if parts is None:
+            self.parts[tensor] = [array]
+        else:
+            parts.append(array)
 
     def end(self, tensor: str) -> None:
-        test = np.stack(self.parts.pop(tensor))
-        ref = np.asarray(load_tensor(self.t.session, self.t.baseline.manifest, tensor))
-        if ref.shape != test.shape:
-            return  # a layout-changed twin (e.g. NCHWc) is not comparable element-wise
-        self._ready.append((tensor, ref, test))
+        parts = self.parts.pop(tensor)
+        # one sample: the samples axis as a view (np.stack would copy the same values)
+        one = parts[0] if len(parts) == 1 and type(parts[0]) is np.ndarray else None
+        self._ready.append((tensor, one[np.newaxis] if one is not None else np.stack(parts)))
 
     def end_group(self) -> None:
         ready, self._ready = self._ready, []
-        judged = judge_many([(r, t) for _, r, t in ready], self.tol)
-        for (tensor, _, _), (metrics, verdict) in zip(ready, judged):
-            self.errors[tensor] = {
+        refs = load_tensors(self.t.session, self.t.baseline.manifest, [tensor for tensor, _ in ready])
+        pairs, names = [], []
+        for (tensor, test), ref in zip(ready, refs):
+            ref = ref if type(ref) is np.ndarray else np.asarray(ref)
+            if ref.shape != test.shape:
+                continue  # a layout-changed twin (e.g. NCHWc) is not comparable element-wise
+            pairs.append((ref, test))
+            names.append(tensor)
+        judged = judge_many(pairs, self.tol)
+        errors = self.errors
+        for tensor, (metrics, verdict) in zip(names, judged):
+            errors[tensor] = {
                 "ratio": min(verdict.ratio, 1e300),
                 "passed": verdict.passed,
                 "max_abs": metrics["max_abs"],
@@ -119,18 +143,65 @@ def _probe_key(triage, optimized_path: str, tol, config) -> Optional[tuple]:
             repr(sorted(config.to_dict().items())), triage.baseline.manifest.get("key"))
 
 
+def _topological_order(triage) -> dict[str, int]:
+    """Each tensor's place in the graph's topological order; the probe asks on
+    every call, and the 21,000 tensors of the index change only with its node list."""
+    tensors = triage.info.index.intermediate_tensors()
+    store = getattr(triage, "__dict__", {})  # a triage without one: no memo
+    memo = store.get("_probe_order")
+    if memo is None or memo[0] != tensors:  # the same strings: compared by identity, fast
+        memo = store["_probe_order"] = (tensors, {t: i for i, t in enumerate(tensors)})
+    return memo[1]
+
+
+def _unit_row(u: Unit, errors: dict, graph_inputs: set) -> dict:
+    """A unit's own vs inherited error: its outputs' worst ratio against its inputs'."""
+    outs = [errors[t]["ratio"] for t in u.outputs if t in errors]
+    out_ratio = max(outs) if outs else None
+    # Error arriving at the pattern: its original input tensors. A graph
+    # input carries none; an input fused away elsewhere cannot be observed.
+    get = errors.get
+    in_ratios = [0.0 if i in graph_inputs else (get(i) or _NO_ERROR).get("ratio") for i in u.inputs]
+    in_ratio = None if None in in_ratios else max(in_ratios, default=0.0)
+    if out_ratio is None:
+        cls = "unknown"
+    elif out_ratio <= 1:
+        cls = "ok"
+    elif in_ratio is not None and in_ratio <= 1:
+        cls = "own"
+    else:
+        cls = "inherited"
+    gain = None
+    if out_ratio is not None and in_ratio is not None:
+        gain = out_ratio / max(in_ratio, 1e-12)
+    return {"unit": u.index, "fused_node": u.fused_node, "op_type": u.op_type,
+            "output_ratio": out_ratio, "input_ratio": in_ratio, "gain": gain, "class": cls}
+
+
+_NO_ERROR: dict = {}
+
+
+def _worst(errors: dict, n: int) -> list:
+    """sorted(errors.items(), key=-ratio)[:n], which heapq.nsmallest is (ties in
+    order too) when no ratio is NaN; without sorting all 7,000 tensors."""
+    if any(e["ratio"] != e["ratio"] for e in errors.values()):
+        return sorted(errors.items(), key=lambda kv: -kv[1]["ratio"])[:n]
+    return heapq.nsmallest(n, errors.items(), key=lambda kv: -kv[1]["ratio"])
+
+
 def run_probe(triage, optimized_path: str, units: list[Unit], tolerance=None, config=None) -> dict:
     """Per-tensor error of the fused graph and each unit's own vs inherited error."""
     tol = tolerance or triage.opts.tolerance.default
     config = config or triage.opts.config
-    idx = manifest_index(triage.baseline.manifest)
+    idx = indexed(triage.baseline.manifest)  # read-only here
     key = _probe_key(triage, optimized_path, tol, config)
     errors = triage.probe_errors.get(key) if key is not None else None
     if errors is None:
         observer = triage.engine.observer(triage.session.model_path, config, optimized_path)
         twin = observed_names(observer, idx)
         shared = list(twin)
-        sizes = {t: idx[twin[t]]["bytes"] // max(triage.inputs.samples, 1) for t in shared}
+        samples = max(triage.inputs.samples, 1)
+        sizes = {t: idx[twin[t]]["bytes"] // samples for t in shared}
         groups = plan_groups(shared, sizes, max(triage.max_memory // max(2 * triage.inputs.samples, 1), 16 << 20))
         sink = _ErrorSink(triage, tol)
         try:
@@ -142,40 +213,18 @@ def run_probe(triage, optimized_path: str, units: list[Unit], tolerance=None, co
         errors = sink.errors
         if key is not None:
             triage.probe_errors[key] = errors
-    order = {t: i for i, t in enumerate(triage.info.index.intermediate_tensors())}
+    order = _topological_order(triage)
     graph_inputs = set(triage.info.index.graph_inputs) | triage.info.index.initializers
-    unit_rows = []
-    for u in units:
-        out_ratio = max((errors[t]["ratio"] for t in u.outputs if t in errors), default=None)
-        # Error arriving at the pattern: its original input tensors. A graph
-        # input carries none; an input fused away elsewhere cannot be observed.
-        in_ratios = [0.0 if i in graph_inputs else errors.get(i, {}).get("ratio") for i in u.inputs]
-        in_ratio = None if any(r is None for r in in_ratios) else max(in_ratios, default=0.0)
-        if out_ratio is None:
-            cls = "unknown"
-        elif out_ratio <= 1:
-            cls = "ok"
-        elif in_ratio is not None and in_ratio <= 1:
-            cls = "own"
-        else:
-            cls = "inherited"
-        gain = None
-        if out_ratio is not None and in_ratio is not None:
-            gain = out_ratio / max(in_ratio, 1e-12)
-        unit_rows.append({"unit": u.index, "fused_node": u.fused_node, "op_type": u.op_type,
-                          "output_ratio": out_ratio, "input_ratio": in_ratio, "gain": gain,
-                          "class": cls})
+    unit_rows = [_unit_row(u, errors, graph_inputs) for u in units]
     suspects = [r["unit"] for r in sorted(
         (r for r in unit_rows if r["class"] == "own"), key=lambda r: -(r["output_ratio"] or 0))]
-    first_bad: Optional[str] = None
-    for t in sorted(errors, key=lambda t: order.get(t, 1 << 30)):
-        if not errors[t]["passed"]:
-            first_bad = t
-            break
-    worst = sorted(errors.items(), key=lambda kv: -kv[1]["ratio"])[:20]
+    # the tensors in topological order, sorted once for the first failing one and the profile
+    far = 1 << 30
+    along = sorted(errors, key=lambda t: order.get(t, far))
+    first_bad: Optional[str] = next((t for t in along if not errors[t]["passed"]), None)
+    worst = _worst(errors, 20)
     # the error along the graph, in topological order: where it jumps is seen at a glance
-    profile = [{"tensor": t, "op_type": idx[t].get("op_type"), "ratio": errors[t]["ratio"]}
-               for t in sorted(errors, key=lambda t: order.get(t, 1 << 30))]
+    profile = [{"tensor": t, "op_type": idx[t].get("op_type"), "ratio": errors[t]["ratio"]} for t in along]
     return {
         "profile": profile,
         "tensors_compared": len(errors),

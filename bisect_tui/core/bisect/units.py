@@ -50,26 +50,36 @@ class Unit:
 def build_units(fused: Iterable[FusedNode], index: GraphIndex) -> list[Unit]:
     """Fused nodes -> units in topological order of their last original node."""
     units: list[Unit] = []
-    original_tensors = set(index.producer)
+    original_tensors = index.producer
     graph_outputs = set(index.graph_outputs)
+    by_name = index.by_name
+    consumers = index.consumers
+    initializers = index.initializers
+    io_by_name = index.io_by_name()  # plain lists: no protobuf field read per covered node
+    no_consumers: list[str] = []
     for fn in fused:
         if not fn.is_fused or not fn.original_nodes:
             continue
-        covered = [n for n in fn.original_nodes if n in index.by_name]
+        covered = [n for n in fn.original_nodes if n in by_name]
         inside = set(covered)
-        produced = [t for n in covered for t in index.by_name[n].output if t]
+        io = [io_by_name[n] for n in covered]
+        produced = [t for _, n_outs in io for t in n_outs if t]
         # The pattern's outputs are what leaves it (consumed outside, or a graph
         # output), which holds even when the engine renamed the fused node's
         # output tensors (fp16 casts, layout rewrites).
         outs = [t for t in produced
-                if t in graph_outputs or any(c not in inside for c in index.consumers.get(t, []))]
+                if t in graph_outputs or not inside.issuperset(consumers.get(t, no_consumers))]
         if not outs:
             outs = [t for t in fn.outputs if t in original_tensors]
-        interior = [t for t in produced if t not in outs]
+        out_set = set(outs)
+        interior = [t for t in produced if t not in out_set]
+        produced_set = set(produced)
         ins: list[str] = []
-        for n in covered:
-            for i in index.by_name[n].input:
-                if i and i not in produced and i not in index.initializers and i not in ins:
+        seen: set[str] = set()
+        for n_ins, _ in io:
+            for i in n_ins:
+                if i and i not in produced_set and i not in initializers and i not in seen:
+                    seen.add(i)
                     ins.append(i)
         units.append(
             Unit(
@@ -84,7 +94,8 @@ def build_units(fused: Iterable[FusedNode], index: GraphIndex) -> list[Unit]:
                 inputs=ins,
             )
         )
-    units.sort(key=lambda u: max(index.order.get(n, 0) for n in u.original_nodes))
+    order = index.order
+    units.sort(key=lambda u: max([order.get(n, 0) for n in u.original_nodes]))
     for i, u in enumerate(units):
         u.index = i
     return units

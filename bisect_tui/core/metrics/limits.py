@@ -50,25 +50,33 @@ def lim(v: float) -> str:
     return f"{mant}e{exp}"
 
 
-def _shortest(m: float, limit: float, kind: str, digits: range) -> str:
-    """``m`` with the fewest digits that do not print equal to a different limit."""
+def _shortest(m: float, limit: float, specs: tuple[str, ...]) -> str:
+    """``m`` with the fewest digits that do not print equal to a different limit
+    (``specs``: the formats to try, fewest digits first, made once: a judge
+    words a figure of each of thousands of tensors)."""
     if not math.isfinite(m):
         return str(m)
-    for p in digits:
-        s = f"{m:.{p}{kind}}"
-        if m == limit or float(s) != limit:
+    if m == limit:
+        return format(m, specs[0])
+    for spec in specs:
+        s = format(m, spec)
+        if float(s) != limit:
             return s
     return repr(m)
 
 
+_SCI = tuple(f".{p}e" for p in range(1, 10))
+_FIX = tuple(f".{p}f" for p in range(4, 13))
+
+
 def sci(m: float, limit: float) -> str:
     """Scientific form: 1.2e-03."""
-    return _shortest(m, limit, "e", range(1, 10))
+    return _shortest(m, limit, _SCI)
 
 
 def fix(m: float, limit: float) -> str:
     """Fixed-point form with at least four decimals: 0.9990."""
-    return _shortest(m, limit, "f", range(4, 13))
+    return _shortest(m, limit, _FIX)
 
 
 def pct(share: float) -> str:

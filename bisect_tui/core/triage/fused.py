@@ -64,17 +64,29 @@ class FusedStep:
                 self.progress(Progress("fused", f"running sample {k + 1}/{self.inputs.samples}", k, self.inputs.samples))
                 per_sample.append(built.run(self.inputs.feeds(k)))
             self._save_fused_outputs(workdir, key, per_sample)
-            fused_objs = list(built.fused_nodes)
-            fused_nodes = [n.to_dict() for n in fused_objs]
             precision_used = self._precision_used(built, config)
-            atomic.write_json(workdir / "fused_nodes.json", fused_nodes)
             optimized = str(built.optimized_model_path) if built.optimized_model_path else None
-            # the search maps this same engine first: it takes these objects, not the file
-            self.fused_map_objs = (optimized, config, fused_objs)
-        except EngineBuildError as exc:
-            return self._fused_failed(key, config, exc, t0)
-        finally:
+        except BaseException as exc:
             built.close()
+            if isinstance(exc, EngineBuildError):
+                return self._fused_failed(key, config, exc, t0)
+            raise
+        from bisect_tui.core import background
+
+        # the map is read beside the comparison and the probe (whose runtime session
+        # lets go of the GIL while it is made): at 21,000 nodes it was 0.44 s of this
+        # thread's time before them; the engine is closed once its map is read
+        mapped = background.start(lambda: list(built.fused_nodes), name="fused-map")
+        try:
+            return self._judged_fused(key, config, t0, build_s, per_sample, precision_used, optimized, mapped,
+                                      workdir)
+        finally:
+            mapped.add_done_callback(lambda _f: built.close())
+
+    def _judged_fused(self, key: str, config: EngineConfig, t0: float, build_s: float, per_sample: list,
+                      precision_used, optimized: Optional[str], mapped, workdir: Path) -> dict:
+        """The comparison of a built engine's outputs, its probe and the map `mapped`
+        (a Future) read meanwhile."""
         from bisect_tui.core.bisect.judge import OutputJudge
 
         judged = OutputJudge.for_triage(self).judge(per_sample)
@@ -95,6 +107,14 @@ class FusedStep:
         sensitivity = check_sensitivity(
             self.info, self.session, self.inputs, self.baseline.manifest, self.opts.tolerance, skey,
             runs=self._take_sensitivity_runs(skey), reference=self.reference)
+        try:
+            fused_objs = mapped.result()
+        except EngineBuildError as exc:
+            return self._fused_failed(key, config, exc, t0)
+        fused_nodes = [n.to_dict() for n in fused_objs]
+        atomic.write_json(workdir / "fused_nodes.json", fused_nodes)
+        # the search maps this same engine first: it takes these objects, not the file
+        self.fused_map_objs = (optimized, config, fused_objs)
         return self._keep(CheckResult(
             key=key, checked_at=now_iso(), engine=self.opts.engine, sensitivity=sensitivity,
             precision_used=precision_used,

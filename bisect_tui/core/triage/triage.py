@@ -185,6 +185,10 @@ class Triage(Overlap, FusedStep, TorchFrontEnd, Verdicts):
             save_prepared(info, session.model_path)
             # only a file written now: a reused one is read as it is
             self.engine.know_original(session.model_path, info.model, info.index)
+            if not info.external:
+                from bisect_tui.core.bisect.parts import know_model
+
+                know_model(session.model_path, info.model, info.index)
         if info.external:  # weights in data files: the session's own, verified by digest
             session.update_meta(external_data=adopt_weights(info, session.model_path))
         if inputs is None:
@@ -227,8 +231,15 @@ class Triage(Overlap, FusedStep, TorchFrontEnd, Verdicts):
         self._need_prepared()
         assert self.info and self.session and self.inputs
         self.session.mark_step("baseline", "running")
-        early = self._start_second_run_early()
+        # the build first: it needs nothing more, and the second run's plan (the
+        # activations' sizes) took 0.5 s of this thread at 21,000 nodes, while the
+        # other core waited
         self._start_fused_build_early()
+        try:
+            early = self._start_second_run_early()
+        except BaseException:
+            self._drop_fused_build()
+            raise
         made: list = []
 
         def perturbed(sess) -> None:

@@ -7,7 +7,7 @@ from typing import Collection, Optional
 
 import onnx
 
-from bisect_tui.core.graph import GraphIndex, toposort_with_inputs
+from bisect_tui.core.graph import GraphIndex, node_inputs, node_io, topo_order
 from bisect_tui.core.onnx_files import ensure_named as _ensure_named
 from bisect_tui.api import FusedNode
 from bisect_tui.engines.ort.passes import TOKEN_SUFFIX_RE, optimizer_tags
@@ -39,7 +39,7 @@ _LAYOUT_OPS = frozenset(
 )
 
 
-_ORIGINAL: list = []  # [(the model object given, its size, its index and name sets)], newest last
+_ORIGINAL: list = []  # [(the model object given, its size, (named, index, name sets, memo))], newest last
 _ORIGINAL_KEPT = 4  # the whole model and the few subgraphs a search maps against in turn
 
 
@@ -64,8 +64,14 @@ def adopt_original(original: onnx.ModelProto, named: onnx.ModelProto, oidx: Grap
     the first map of a 5,000-node model spent a tenth of a second indexing it again."""
     size = original.ByteSize() if size is None else size
     og = named.graph
-    entry = (named, oidx, set(oidx.producer) | {i.name for i in og.input} | oidx.initializers, set(oidx.by_name))
-    _ORIGINAL[:] = [e for e in _ORIGINAL if e[0] is not original][-(_ORIGINAL_KEPT - 1):] + [(original, size, entry)]
+    entry = (named, oidx, set(oidx.producer) | {i.name for i in og.input} | oidx.initializers, set(oidx.by_name), {})
+    kept = [e for e in _ORIGINAL if e[0] is not original] + [(original, size, entry)]
+    while len(kept) > _ORIGINAL_KEPT:
+        # the oldest of the smallest goes first: a round's four subgraph maps had pushed
+        # out the whole model, indexed again for the next whole-graph map (0.2 s at 21,000 nodes)
+        sizes = [len(e[2][1].nodes) for e in kept[:-1]]
+        kept.pop(sizes.index(min(sizes)))
+    _ORIGINAL[:] = kept
     return entry
 
 
@@ -99,9 +105,18 @@ def fused_node_map(
     `InsertedCast_X`, `FusedBack_X`) stand for X, and so do renamed outputs of
     a node that kept its name, op and domain. Result is in the optimized graph's topological
     order."""
-    original, oidx, orig_tensors, orig_names = _original_index(original)
+    original, oidx, orig_tensors, orig_names, per_original = _original_index(original)
+    oprod = oidx.producer
 
+    # Every field of the optimized graph's nodes is read once into plain lists
+    # (a protobuf field read builds new objects each time), indexed by position.
     g = optimized.graph
+    raw = list(g.node)
+    names = [n.name for n in raw]
+    ops = [n.op_type for n in raw]
+    doms = [n.domain for n in raw]
+    written, outs, nins = node_io(raw)  # inputs as written (a FusedNode's), outputs, node_inputs
+
     # A node ORT left as it was keeps its name, op and domain; if its outputs
     # were renamed anyway (cast insertion with a prefix this code doesn't know)
     # they are still that node's original outputs.
@@ -112,15 +127,24 @@ def fused_node_map(
     # rewired to produce another node's output (ConvBNFusion keeps the Conv and
     # gives it the BatchNormalization's output).
     graph_outs = set(oidx.graph_outputs)
-    for n in g.node:
-        if (n.op_type == "Cast" and len(n.output) == 1 and n.output[0] in graph_outs and n.input
-                and n.input[0] and n.input[0] not in orig_tensors):
-            survivor_alias[n.input[0]] = n.output[0]
-    for n in g.node:
-        o = oidx.by_name.get(n.name)
-        if o is None or o.op_type != n.op_type or o.domain != n.domain or len(o.output) != len(n.output):
+    for k, op in enumerate(ops):
+        if op == "Cast":
+            n_out, n_in = outs[k], written[k]
+            if (len(n_out) == 1 and n_out[0] in graph_outs and n_in
+                    and n_in[0] and n_in[0] not in orig_tensors):
+                survivor_alias[n_in[0]] = n_out[0]
+    signatures = per_original.get("signatures")
+    if signatures is None:
+        signatures = per_original["signatures"] = _signatures(oidx)
+    for k, name in enumerate(names):
+        sig = signatures.get(name)
+        if sig is None or sig[0] != ops[k] or sig[1] != doms[k]:
             continue
-        for new_t, old_t in zip(n.output, o.output):
+        o_out = sig[2]
+        n_out = outs[k]
+        if n_out == o_out or len(o_out) != len(n_out):
+            continue  # the same outputs are original tensors already
+        for new_t, old_t in zip(n_out, o_out):
             if new_t and old_t and new_t not in orig_tensors:
                 survivor_alias.setdefault(new_t, old_t)
 
@@ -128,128 +152,226 @@ def fused_node_map(
     # its (new) output holds that original tensor's values in NCHWc layout.
     # Without this the whole convolution trunk between ReorderInput and
     # ReorderOutput would collapse into one "fused node" at level "all".
-    for n in g.node:
-        if n.domain != "com.microsoft.nchwc" or len([o for o in n.output if o]) != 1:
+    for k, dom in enumerate(doms):
+        if dom != "com.microsoft.nchwc" or sum(1 for o in outs[k] if o) != 1:
             continue
-        base = TOKEN_SUFFIX_RE.sub("", n.name)
+        base = TOKEN_SUFFIX_RE.sub("", names[k])
         for prefix in _ALIAS_PREFIXES:
             if base.startswith(prefix):
                 base = base[len(prefix):]
-        if base.endswith("_nchwc") and base[: -len("_nchwc")] in oidx.producer:
-            out = n.output[0]
+        if base.endswith("_nchwc") and base[: -len("_nchwc")] in oprod:
+            out = outs[k][0]
             if out not in orig_tensors:
                 survivor_alias.setdefault(out, base[: -len("_nchwc")])
 
     def canon(t: str) -> Optional[str]:
         if t in orig_tensors:
             return t
-        for prefix in _ALIAS_PREFIXES:
-            if t.startswith(prefix) and t[len(prefix):] in orig_tensors:
-                return t[len(prefix):]
+        if t.startswith(_ALIAS_PREFIXES):
+            for prefix in _ALIAS_PREFIXES:
+                if t.startswith(prefix) and t[len(prefix):] in orig_tensors:
+                    return t[len(prefix):]
         return survivor_alias.get(t)
 
     available = {i.name for i in g.input} | {i.name for i in g.initializer} | {
         i.values.name for i in g.sparse_initializer
     }
-    nodes, node_ins = toposort_with_inputs(list(g.node), available)
+    # from here on, position k is the k-th node in topological order
+    order = topo_order(nins, outs, available)
+    if order != list(range(len(order))):
+        names = [names[k] for k in order]
+        ops = [ops[k] for k in order]
+        doms = [doms[k] for k in order]
+        written = [written[k] for k in order]
+        outs = [outs[k] for k in order]
+        nins = [nins[k] for k in order]
     producer: dict[str, int] = {}
-    for k, n in enumerate(nodes):
-        for o in n.output:
+    for k, n_out in enumerate(outs):
+        for o in n_out:
             if o:
                 producer[o] = k
+    # the glue walked through only matters by its last compute node (see below)
+    compute_at = [k if op not in _LAYOUT_OPS else -1 for k, op in enumerate(ops)]
 
-    # tensor -> (original boundary tensors, indices of glue nodes walked through)
-    memo: dict[str, tuple[frozenset[str], frozenset[int]]] = {}
+    # tensor -> (original boundary tensors, highest position of a compute node
+    # among the glue nodes walked through, -1 if none). Original tensors are
+    # their own boundary and are never stored: no lookup depends on them.
+    empty: frozenset[str] = frozenset()
+    no_glue = (empty, -1)
+    memo: dict[str, tuple[frozenset[str], int]] = {}
 
-    def resolve(tensor: str) -> tuple[frozenset[str], frozenset[int]]:
-        if tensor in memo:
-            return memo[tensor]
-        # iterative post-order walk: optimized graphs can be deep
-        stack: list[tuple[str, bool]] = [(tensor, False)]
+    def resolve(tensor: str) -> tuple[frozenset[str], int]:
+        if tensor not in producer:  # the walk's first step, without the walk
+            c = canon(tensor)
+            r = memo[tensor] = (frozenset((c,)), -1) if c is not None else no_glue
+            return r
+        # iterative post-order walk: optimized graphs can be deep. An entry is
+        # (tensor, -1) until expanded, then (tensor, its producer's position).
+        stack: list[tuple[str, int]] = [(tensor, -1)]
         on_stack: set[str] = set()
         while stack:
-            t, expanded = stack.pop()
+            t, k = stack.pop()
             if t in memo:
                 continue
-            c = canon(t)
-            if c is not None:
-                memo[t] = (frozenset({c}), frozenset())
-                continue
-            k = producer.get(t)
-            if k is None:  # a new initializer / input: no original twin, no work
-                memo[t] = (frozenset(), frozenset())
-                continue
-            ins = node_ins[k]
-            if not expanded:
+            if k < 0:
+                c = canon(t)
+                if c is not None:
+                    memo[t] = (frozenset((c,)), -1)
+                    continue
+                k = producer.get(t, -1)
+                if k < 0:  # a new initializer / input: no original twin, no work
+                    memo[t] = no_glue
+                    continue
                 if t in on_stack:  # cycle guard (invalid graph); treat as a dead end
-                    memo[t] = (frozenset(), frozenset({k}))
+                    memo[t] = (empty, compute_at[k])
                     continue
                 on_stack.add(t)
-                stack.append((t, True))
-                stack.extend((i, False) for i in ins if i not in memo)
+                stack.append((t, k))
+                for i in nins[k]:
+                    if i not in memo and i not in orig_tensors:
+                        stack.append((i, -1))
                 continue
-            bound: set[str] = set()
-            glue: set[int] = {k}
-            for i in ins:
-                b, gl = memo.get(i, (frozenset(), frozenset()))
-                bound |= b
-                glue |= gl
-            memo[t] = (frozenset(bound), frozenset(glue))
+            # the union of the inputs' boundaries (one input's set is shared, not copied)
+            bound: Optional[frozenset[str]] = None
+            merged: Optional[set[str]] = None
+            top = compute_at[k]
+            for i in nins[k]:
+                if i in orig_tensors:
+                    if merged is None:
+                        merged = set(bound) if bound is not None else set()
+                    merged.add(i)
+                    continue
+                b, gl = memo.get(i, no_glue)
+                if gl > top:
+                    top = gl
+                if not b:
+                    continue
+                if merged is not None:
+                    merged |= b
+                elif bound is None:
+                    bound = b
+                elif b is not bound:
+                    merged = set(bound)
+                    merged |= b
+            memo[t] = (frozenset(merged) if merged is not None else bound or empty, top)
         return memo[tensor]
 
     originals: dict[int, set[str]] = {}
     extra_tags: dict[int, list[str]] = {}
-
-    def tags_of(n: onnx.NodeProto) -> list[str]:
-        if n.name in orig_names:  # an original node left as it was
-            return []
-        name = n.name
-        # don't read tags out of the original node name the fused one starts with
-        head = name
-        while "/" in head:
-            head = head.rsplit("/", 1)[0]
-            if head in orig_names:
-                name = name[len(head):]
-                break
-        return optimizer_tags(name, known_optimizers)
-
-    for k, n in enumerate(nodes):
-        outs = [c for c in (canon(o) for o in n.output if o) if c is not None]
-        outs = [c for c in outs if c in oidx.producer]
-        if not outs:
-            continue
-        boundary: set[str] = set()
-        glue: set[int] = set()
-        for i in node_ins[k]:
-            b, gl = resolve(i)
-            boundary |= b
-            glue |= gl
-        covered = oidx.ancestors_within(outs, boundary)
+    # node name -> tags, for maps against this original (the same fused names
+    # recur build after build); only for a hashable, unchangeable `known_optimizers`
+    tag_memo = per_original.setdefault("tags", {}) if isinstance(known_optimizers, frozenset) else None
+    o_inputs = oidx.inputs
+    o_inits = oidx.initializers
+    for k, n_out in enumerate(outs):
+        ins = nins[k]
+        if len(n_out) == 1 and n_out[0] in oprod:
+            found = n_out
+            p = oprod[n_out[0]]
+            if o_inputs.get(p) == ins and n_out[0] not in ins and orig_tensors.issuperset(ins):
+                # the common case, a node left as it was: the walk below would
+                # reach the output's original producer and stop at its inputs
+                originals.setdefault(k, set()).add(p)
+                continue
+        else:
+            found = []
+            for o in n_out:
+                if o:
+                    c = o if o in orig_tensors else canon(o)
+                    if c is not None and c in oprod:
+                        found.append(c)
+            if not found:
+                continue
+        top = -1
+        if orig_tensors.issuperset(ins):  # what resolve gives each, without the walk
+            boundary = set(ins)
+        else:
+            boundary = set()
+            for i in ins:
+                if i in orig_tensors:
+                    boundary.add(i)
+                    continue
+                r = memo.get(i)
+                if r is None:
+                    r = resolve(i)
+                if r[0]:
+                    boundary |= r[0]
+                if r[1] > top:
+                    top = r[1]
+        # GraphIndex.ancestor_set, inlined: it runs for nearly every node
+        covered: set[str] = set()
+        stack = [t for t in found if t not in boundary]
+        while stack:
+            p = oprod.get(stack.pop())
+            if p is None or p in covered:
+                continue
+            covered.add(p)
+            p_ins = o_inputs.get(p)
+            for i in p_ins if p_ins is not None else node_inputs(oidx.by_name[p]):
+                if i not in boundary and i not in o_inits:
+                    stack.append(i)
         if not covered:
             continue
         rep = k
-        if n.op_type in _LAYOUT_OPS and covered != [n.name]:
-            compute = [j for j in glue if nodes[j].op_type not in _LAYOUT_OPS]
-            if compute:
-                rep = max(compute)
-                extra_tags.setdefault(rep, []).extend(tags_of(n))
-        originals.setdefault(rep, set()).update(covered)
+        if top >= 0 and ops[k] in _LAYOUT_OPS and not (len(covered) == 1 and names[k] in covered):
+            rep = top  # the last compute node among the glue walked through
+            extra_tags.setdefault(rep, []).extend(_tags_of(names[k], orig_names, known_optimizers, tag_memo))
+        have = originals.get(rep)
+        if have is None:
+            originals[rep] = covered
+        else:
+            have |= covered
 
+    position = oidx.order.__getitem__
     result: list[FusedNode] = []
-    for k, n in enumerate(nodes):
-        tags = tags_of(n)
-        for t in extra_tags.get(k, []):
-            if t not in tags:
-                tags.append(t)
+    for k, name in enumerate(names):
+        tags = [] if name in orig_names else list(_tags_of(name, orig_names, known_optimizers, tag_memo))
+        extra = extra_tags.get(k)
+        if extra:
+            for t in extra:
+                if t not in tags:
+                    tags.append(t)
+        covered = originals.get(k)
         result.append(
             FusedNode(
-                name=n.name,
-                op_type=n.op_type,
-                domain=n.domain,
-                inputs=list(n.input),
-                outputs=list(n.output),
-                original_nodes=sorted(originals.get(k, ()), key=oidx.order.__getitem__),
+                name=name,
+                op_type=ops[k],
+                domain=doms[k],
+                inputs=written[k],
+                outputs=outs[k],
+                original_nodes=(sorted(covered, key=position) if len(covered) > 1 else list(covered))
+                if covered else [],
                 passes=tags,
             )
         )
     return result
+
+
+def _signatures(oidx: GraphIndex) -> dict[str, tuple[str, str, list[str]]]:
+    """Original node name -> (op, domain, outputs), read once per original index
+    (the survivor rule compares every optimized node with its namesake)."""
+    io = oidx.io_by_name()
+    return {name: (n.op_type, n.domain, io[name][1]) for name, n in oidx.by_name.items()}
+
+
+def _tags_of(name: str, orig_names: set, known: Collection[str], memo: Optional[dict]) -> tuple:
+    """The optimizer tags of optimized node `name` (pure for given original
+    names and `known`, so kept in `memo` when there is one)."""
+    if memo is not None:
+        key = (name, known)
+        tags = memo.get(key)
+        if tags is None:
+            if len(memo) >= 200_000:
+                memo.clear()
+            tags = memo[key] = _tags_of(name, orig_names, known, None)
+        return tags
+    if name in orig_names:  # an original node left as it was
+        return ()
+    # don't read tags out of the original node name the fused one starts with
+    head = name
+    while "/" in head:
+        head = head.rsplit("/", 1)[0]
+        if head in orig_names:
+            name = name[len(head):]
+            break
+    return tuple(optimizer_tags(name, known))
