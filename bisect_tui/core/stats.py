@@ -346,17 +346,8 @@ def _f32_many(tensors: list[list[np.ndarray]], picked: list[int], out: list[Opti
     if nseg == len(picked):  # one sample each (the usual dump): nothing to merge
         for k, numel, zero, f16o, f16s, f16u, b16o, b16u, total, sumsq, lo, hi, h, nf in zip(
                 picked, *per_sample, sums, sumsqs, mins, maxs, hist_rows, nonfinite):
-            if nf:
-                continue
-            mean = total / numel
-            out[k] = {
-                "numel": numel, "finite": numel, "nan": 0, "inf": 0, "zeros": zero,
-                "min": lo, "max": hi, "abs_max": max(0.0, -lo, hi),
-                "fp16_overflow": f16o, "fp16_subnormal": f16s, "fp16_underflow": f16u,
-                "bf16_overflow": b16o, "bf16_underflow": b16u,
-                "log2_hist": h, "mean": mean,
-                "std": math.sqrt(max(sumsq / numel - mean * mean, 0.0)),
-            }
+            if not nf:
+                out[k] = _finished(numel, zero, f16o, f16s, f16u, b16o, b16u, total, sumsq, lo, hi, h)
         return
     cols = list(zip(*per_sample))
     j = 0
@@ -375,12 +366,17 @@ def _f32_many(tensors: list[list[np.ndarray]], picked: list[int], out: list[Opti
             h = [x + y for x, y in zip(h, hist_rows[q])]
             numel, zero, f16o, f16s, f16u, b16o, b16u = (
                 a + b for a, b in zip((numel, zero, f16o, f16s, f16u, b16o, b16u), cols[q]))
-        mean = total / numel
-        out[k] = {
-            "numel": numel, "finite": numel, "nan": 0, "inf": 0, "zeros": zero,
-            "min": lo, "max": hi, "abs_max": max(0.0, -lo, hi),
-            "fp16_overflow": f16o, "fp16_subnormal": f16s, "fp16_underflow": f16u,
-            "bf16_overflow": b16o, "bf16_underflow": b16u,
-            "log2_hist": h, "mean": mean,
-            "std": math.sqrt(max(sumsq / numel - mean * mean, 0.0)),
-        }
+        out[k] = _finished(numel, zero, f16o, f16s, f16u, b16o, b16u, total, sumsq, lo, hi, h)
+
+
+def _finished(numel, zero, f16o, f16s, f16u, b16o, b16u, total, sumsq, lo, hi, h) -> dict:
+    """A finite float32 tensor's finished statistics, in `finish_stats`'s keys and order."""
+    mean = total / numel
+    return {
+        "numel": numel, "finite": numel, "nan": 0, "inf": 0, "zeros": zero,
+        "min": lo, "max": hi, "abs_max": max(0.0, -lo, hi),
+        "fp16_overflow": f16o, "fp16_subnormal": f16s, "fp16_underflow": f16u,
+        "bf16_overflow": b16o, "bf16_underflow": b16u,
+        "log2_hist": h, "mean": mean,
+        "std": math.sqrt(max(sumsq / numel - mean * mean, 0.0)),
+    }

@@ -7,7 +7,7 @@ from typing import Collection, Optional
 
 import onnx
 
-from bisect_tui.core.graph import GraphIndex, node_inputs, node_io, topo_order
+from bisect_tui.core.graph import GraphIndex, node_io, topo_order
 from bisect_tui.core.onnx_files import ensure_named as _ensure_named
 from bisect_tui.api import FusedNode
 from bisect_tui.engines.ort.passes import TOKEN_SUFFIX_RE, optimizer_tags
@@ -262,7 +262,6 @@ def fused_node_map(
     # recur build after build); only for a hashable, unchangeable `known_optimizers`
     tag_memo = per_original.setdefault("tags", {}) if isinstance(known_optimizers, frozenset) else None
     o_inputs = oidx.inputs
-    o_inits = oidx.initializers
     for k, n_out in enumerate(outs):
         ins = nins[k]
         if len(n_out) == 1 and n_out[0] in oprod:
@@ -298,18 +297,7 @@ def fused_node_map(
                     boundary |= r[0]
                 if r[1] > top:
                     top = r[1]
-        # GraphIndex.ancestor_set, inlined: it runs for nearly every node
-        covered: set[str] = set()
-        stack = [t for t in found if t not in boundary]
-        while stack:
-            p = oprod.get(stack.pop())
-            if p is None or p in covered:
-                continue
-            covered.add(p)
-            p_ins = o_inputs.get(p)
-            for i in p_ins if p_ins is not None else node_inputs(oidx.by_name[p]):
-                if i not in boundary and i not in o_inits:
-                    stack.append(i)
+        covered = oidx.ancestor_set(found, boundary)
         if not covered:
             continue
         rep = k
