@@ -17,7 +17,6 @@ from bisect_tui.options import options_from_args
 
 def cmd_check(args: argparse.Namespace) -> int:
     _prestart_second_run(args)
-    from bisect_tui.core import atomic
     from bisect_tui.core.pipeline import Triage
     from bisect_tui.core.report import check_text
     from bisect_tui.engine_choice import engine_factory
@@ -32,11 +31,11 @@ def cmd_check(args: argparse.Namespace) -> int:
     finally:
         progress.close()
     print(term(check_text(summary), keep_newlines=True))
-    from bisect_tui.core.bisect.command import export_session, public_json, write_report_copy
+    from bisect_tui.core.bisect.command import export_session, write_json_copy, write_report_copy
 
-    full, _, _ = export_session(triage, summary, None, with_plots=bool(args.report))
+    full, _, paths = export_session(triage, summary, None, with_plots=bool(args.report))
     if args.json:
-        atomic.write_json(args.json, public_json(full))
+        write_json_copy(paths, args.json)
     if args.report:
         write_report_copy(full, args.report)
     if getattr(args, "model_explorer", None):

@@ -165,11 +165,19 @@ _GRAPH_TYPES = (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
 
 def node_inputs(node: onnx.NodeProto) -> list[str]:
     """Inputs of a node including tensors used implicitly by its subgraphs (If/Loop/Scan)."""
-    names = node.input[:]
+    return _inputs_of(node, node.input[:])
+
+
+def _inputs_of(node: onnx.NodeProto, written: list[str]) -> list[str]:
+    """`node_inputs` from the node's inputs as written (`written`, read already):
+    that very list where nothing is dropped or added."""
+    names = written
     if "" in names:
         names = [i for i in names if i]
     if node.attribute:
-        names.extend(_implicit_inputs(node))
+        extra = _implicit_inputs(node)
+        if extra:
+            names = names + extra
     return names
 
 
@@ -198,16 +206,7 @@ def node_io(nodes: list[onnx.NodeProto]) -> tuple[list, list, list]:
     it is the same object: share, don't modify)."""
     written = [n.input[:] for n in nodes]
     outs = [n.output[:] for n in nodes]
-    ins: list[list[str]] = []
-    for n, names in zip(nodes, written):
-        if "" in names:
-            names = [i for i in names if i]
-        if n.attribute:
-            extra = _implicit_inputs(n)
-            if extra:
-                names = names + extra
-        ins.append(names)
-    return written, outs, ins
+    return written, outs, [_inputs_of(n, names) for n, names in zip(nodes, written)]
 
 
 def toposort(nodes: list[onnx.NodeProto], available: set[str]) -> list[onnx.NodeProto]:

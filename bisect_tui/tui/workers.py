@@ -194,15 +194,13 @@ class EngineWorkers:
         """The session's report.md/json, plots and bundle, plus `tui --json/--report`
         copies: the same files the CLI writes, from the same JSON (the record's, made
         here: the files are the edge). Safe to call from a worker thread."""
-        from bisect_tui.core import atomic
-        from bisect_tui.core.bisect.command import export_session, public_json, write_report_copy
-
+        from bisect_tui.core.bisect.command import export_session, write_json_copy, write_report_copy
         from bisect_tui.core.report.model_explorer import write_model_explorer
 
         full, md, paths = export_session(t, t.summary(), result.to_json() if result is not None else None)
         paths["model-explorer.json"] = str(write_model_explorer(t.session.root))
         if self.output_json:
-            atomic.write_json(self.output_json, public_json(full))
+            write_json_copy(paths, self.output_json)
             paths["--json"] = str(self.output_json)
         if self.output_report:
             write_report_copy(full, self.output_report)

@@ -88,7 +88,9 @@ def test_engine_error_is_shown(snap_compare, workdir, samples):
     async def run(pilot):
         await pilot.press("b")
         await wait_idle(pilot, 300)
-        await pilot.pause(0.3)
+        await wait_for(pilot, lambda: "keep-set: keep 1 of" in panel_text(app)
+                       and sum(f"┃ {n} " in screen_text(app) for n in range(1, 10)) >= 3,
+                       what="the keep-set and the search's steps on screen")
         text = panel_text(app)
         assert "engine build_error: [ONNXRuntimeError]" in text and "Type Error" in text
         assert "keep-set: keep 1 of" in text
@@ -105,7 +107,7 @@ async def test_range_check_with_fp16_findings_is_a_warning(workdir, samples):
         await pilot.press("a")
         await wait_idle(pilot, 300)
         await pilot.press("up", "up")  # from the comparison to the range check
-        await pilot.pause(0.2)
+        await wait_for(pilot, lambda: "Range check: ⚠ warning" in screen_text(app), what="the range check's pane")
         screen = screen_text(app)
         assert "Range check: ⚠ warning" in screen  # the pane says what its row says
         assert "⚠ warning Range check" in screen and "fp16 underflow: 1 tensor(s)" in screen
@@ -118,7 +120,7 @@ async def test_passing_model_counts_its_fused_nodes(workdir):
     async with app.run_test(size=(80, 24)) as pilot:
         await pilot.press("b")
         await wait_idle(pilot, 300)
-        await pilot.pause(0.2)
+        await wait_for(pilot, lambda: "the full engine passes" in panel_text(app), what="the passing verdict's pane")
         n = len(app.state.fused.fused_nodes)
         assert n == 7
         text = panel_text(app)
@@ -130,7 +132,7 @@ async def test_help_wraps_beside_its_keys(workdir):
     app = make_app(gelu_options("transformer_block.onnx"))
     async with app.run_test(size=(80, 24)) as pilot:
         await pilot.press("question_mark")
-        await pilot.pause(0.3)
+        await wait_for(pilot, lambda: "settings: inputs" in screen_text(app), what="the help screen")
         lines = screen_text(app).splitlines()
         assert any("tab / shift+tab  move focus (the focused pane has a heavy border)" in ln for ln in lines)
         at = next(i for i, ln in enumerate(lines) if "  o " in ln and "settings: inputs" in ln)
@@ -145,11 +147,12 @@ async def test_notifications_leave_the_settings_buttons_free(workdir, size):
     app = make_app(gelu_options("transformer_block.onnx"))
     async with app.run_test(size=size, notifications=True) as pilot:
         await pilot.press("o")
-        await pilot.pause(0.3)
+        await wait_for(pilot, lambda: bool(app.screen.query("#apply")), what="the settings form")
         app.screen.query_one("#apply").focus()
         for _ in range(3):
             app.notify("the settings can change when nothing runs: press x to cancel first " * 3, timeout=30)
-        await pilot.pause(0.5)
+        await wait_for(pilot, lambda: len(app.screen.query("Toast")) == 3
+                       and all(t.region.area for t in app.screen.query("Toast")), what="three laid-out toasts")
         toasts = list(app.screen.query("Toast"))
         assert len(toasts) == 3
         for button in ("#apply", "#cancel"):
@@ -172,7 +175,8 @@ async def test_after_the_search_the_comparison_no_longer_says_to_bisect(workdir,
         await pilot.press("b")
         await wait_idle(pilot, 300)
         await pilot.press("h")
-        await pilot.pause(0.3)
+        await wait_for(pilot, lambda: "bisected: the error is not caused by a fusion" in pane(),
+                       what="the comparison pane's verdict")
         assert app.state.bisect.result.final_verdict == "not_fusion"
         assert "press b to bisect" not in pane()
         assert "break tolerance; bisected: the error is not caused by a fusion" in pane()

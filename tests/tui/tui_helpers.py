@@ -35,31 +35,38 @@ def gelu_options(model: str, session: str = "sess", gelu: bool = True) -> Triage
 
 
 async def wait_idle(pilot, timeout: float = 60.0) -> None:
-    """Wait until the app has no engine work left (its WorkDone message was handled)."""
+    """Wait until the app has no engine work left (its WorkDone message was handled),
+    by polling its state through `wait_for`."""
     app = pilot.app
-    loop = asyncio.get_running_loop()
-    end = loop.time() + timeout
-    while loop.time() < end:
-        await pilot.pause(0.05)
-        if not app.is_running:
-            raise AssertionError(f"the app stopped while work was expected (crashed?); return code {app.return_code}")
-        if not app.busy and not [w for w in app.workers if w.group == "engine" and w.is_running]:
-            await pilot.pause()  # the messages already posted are handled: a follow-up step would set busy
-            if not app.busy:
-                return
-    raise AssertionError(f"app still busy ({app.busy}) after {timeout}s; status: {app.status_text}")
+
+    def idle() -> bool:
+        return not app.busy and not [w for w in app.workers if w.group == "engine" and w.is_running]
+
+    end = asyncio.get_running_loop().time() + timeout
+    while True:
+        left = end - asyncio.get_running_loop().time()
+        await wait_for(pilot, idle, max(left, 0.0),
+                       what=lambda: f"the app to be idle (busy {app.busy}) after {timeout}s; status: {app.status_text}")
+        await pilot.pause()  # the messages already posted are handled: a follow-up step would set busy
+        if idle():
+            return
 
 
-async def wait_for(pilot, predicate, timeout: float = 30.0, what: str = "condition") -> None:
+async def wait_for(pilot, predicate, timeout: float = 30.0, what="condition") -> None:
+    """Poll `predicate` between the app's message rounds until it holds: the one place the
+    app tests wait, so none of them sleeps for a guessed time. `what` (text, or a callable
+    for text read at the time) names what was awaited when it times out."""
     loop = asyncio.get_running_loop()
     end = loop.time() + timeout
-    while loop.time() < end:
+    while True:
         if predicate():
             return
         if not pilot.app.is_running:
-            raise AssertionError(f"the app stopped before {what} (crashed?); return code {pilot.app.return_code}")
+            said = what() if callable(what) else what
+            raise AssertionError(f"the app stopped before {said} (crashed?); return code {pilot.app.return_code}")
+        if loop.time() >= end:
+            raise AssertionError(f"timed out waiting for {what() if callable(what) else what}")
         await pilot.pause(0.01)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 async def wait_exit(app, timeout: float = 30.0) -> None:
