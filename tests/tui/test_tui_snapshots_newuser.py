@@ -88,8 +88,11 @@ def test_engine_error_is_shown(snap_compare, workdir, samples):
     async def run(pilot):
         await pilot.press("b")
         await wait_idle(pilot, 300)
-        await wait_for(pilot, lambda: "keep-set: keep 1 of" in panel_text(app)
-                       and sum(f"┃ {n} " in screen_text(app) for n in range(1, 10)) >= 3,
+        def steps_on_screen() -> int:
+            screen = screen_text(app)
+            return sum(f"┃ {n} " in screen for n in range(1, 10))
+
+        await wait_for(pilot, lambda: "keep-set: keep 1 of" in panel_text(app) and steps_on_screen() >= 3,
                        what="the keep-set and the search's steps on screen")
         text = panel_text(app)
         assert "engine build_error: [ONNXRuntimeError]" in text and "Type Error" in text
