@@ -938,7 +938,10 @@ def test_interrupted_bisect_resumes_to_the_identical_result(samples, two_culprit
     p = _cli(args, env=_env(world))
     deadline = time.monotonic() + 120
     while not POINTS[point](sess) and p.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.001)
+        try:  # waits on the run itself between looks at the session: ends the moment it does
+            p.wait(timeout=0.001)
+        except subprocess.TimeoutExpired:
+            pass
     assert p.poll() is None, f"the run finished before reaching {point}; the interruption was not tested"
     p.send_signal(sig)
     out, err = p.communicate(timeout=120)

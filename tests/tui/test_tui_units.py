@@ -93,7 +93,7 @@ async def test_quit_while_working_returns_130(workdir):
         app.simulate_key("a")
         await wait_for(pilot, lambda: app.busy, what="work to start")
         app.simulate_key("q")
-        await wait_exit(app)
+        await wait_exit(pilot)
     assert app.return_code == 130
 
 

@@ -35,48 +35,53 @@ def gelu_options(model: str, session: str = "sess", gelu: bool = True) -> Triage
 
 
 async def wait_idle(pilot, timeout: float = 60.0) -> None:
-    """Wait until the app has no engine work left (its WorkDone message was handled),
-    by polling its state through `wait_for`."""
+    """Wait until the app has no engine work left (its WorkDone message was handled):
+    each running engine worker is awaited (its task ends when its thread does), then the
+    app is let settle and its state read again, as a follow-up step may start another."""
+    from textual.worker import WorkerCancelled, WorkerFailed
+
     app = pilot.app
+    loop = asyncio.get_running_loop()
+    end = loop.time() + timeout
 
-    def idle() -> bool:
-        return not app.busy and not [w for w in app.workers if w.group == "engine" and w.is_running]
+    def running() -> list:
+        return [w for w in app.workers if w.group == "engine" and w.is_running]
 
-    end = asyncio.get_running_loop().time() + timeout
     while True:
-        left = end - asyncio.get_running_loop().time()
-        await wait_for(pilot, idle, max(left, 0.0),
-                       what=lambda: f"the app to be idle (busy {app.busy}) after {timeout}s; status: {app.status_text}")
+        busy = running()
+        if busy:
+            try:
+                await asyncio.wait_for(app.workers.wait_for_complete(busy), max(end - loop.time(), 0.0))
+            except (WorkerFailed, WorkerCancelled):
+                pass  # the app reports its engine's failure itself: the tests read it on screen
+            except asyncio.TimeoutError:
+                raise AssertionError(f"app still busy after {timeout}s; status: {app.status_text}") from None
         await pilot.pause()  # the messages already posted are handled: a follow-up step would set busy
-        if idle():
+        if not app.is_running:
+            raise AssertionError(f"the app stopped while work was expected (crashed?); return code {app.return_code}")
+        if not app.busy and not running():
             return
-
-
-async def wait_for(pilot, predicate, timeout: float = 30.0, what="condition") -> None:
-    """Poll `predicate` between the app's message rounds until it holds: the one place the
-    app tests wait, so none of them sleeps for a guessed time. `what` (text, or a callable
-    for text read at the time) names what was awaited when it times out."""
-    loop = asyncio.get_running_loop()
-    end = loop.time() + timeout
-    while True:
-        if predicate():
-            return
-        if not pilot.app.is_running:
-            said = what() if callable(what) else what
-            raise AssertionError(f"the app stopped before {said} (crashed?); return code {pilot.app.return_code}")
         if loop.time() >= end:
-            raise AssertionError(f"timed out waiting for {what() if callable(what) else what}")
-        await pilot.pause(0.01)
+            raise AssertionError(f"app still busy ({app.busy}) after {timeout}s; status: {app.status_text}")
 
 
-async def wait_exit(app, timeout: float = 30.0) -> None:
-    """Wait until the app has handled its way out (its return code is set)."""
+async def wait_for(pilot, predicate, timeout: float = 30.0, what: str = "condition") -> None:
+    """Check `predicate` each time the app has settled (Pilot.pause() without a delay: its
+    messages handled, at most a second apart while threads keep the process busy) until it
+    holds: the one place the app tests wait for a screen, so none sleeps a guessed time."""
     loop = asyncio.get_running_loop()
     end = loop.time() + timeout
-    while app.return_code is None:
-        if loop.time() > end:
-            raise AssertionError(f"the app did not exit within {timeout}s; status: {getattr(app, 'status_text', '')}")
-        await asyncio.sleep(0.01)
+    while not predicate():
+        if not pilot.app.is_running:
+            raise AssertionError(f"the app stopped before {what} (crashed?); return code {pilot.app.return_code}")
+        if loop.time() >= end:
+            raise AssertionError(f"timed out waiting for {what}")
+        await pilot.pause()
+
+
+async def wait_exit(pilot, timeout: float = 30.0) -> None:
+    """Wait until the app has handled its way out (its return code is set)."""
+    await wait_for(pilot, lambda: pilot.app.return_code is not None, timeout, what="the app to exit")
 
 
 # the screen's runs of text carry class "<id>-r<N>"; the window title is "<id>-title"
