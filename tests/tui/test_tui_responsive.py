@@ -4,14 +4,12 @@ answered during the work (engine work runs in thread workers)."""
 from __future__ import annotations
 
 import sys
-import threading
-import time
 
 import onnx
 import pytest
 
 from bisect_tui.tui.app import make_app
-from tui_helpers import gelu_options, wait_for, wait_idle
+from tui_helpers import gelu_options, hold_after, wait_for, wait_idle
 
 from testlib import REPO
 
@@ -28,31 +26,13 @@ def big_model(tmp_path):
     return path
 
 
-def _hold_after(monkeypatch, owner, name: str) -> threading.Event:
-    """After `owner.name` has done its real work, its worker thread keeps the CPU
-    and the GIL busy in pure Python until the test releases it: the keys are then
-    pressed while the work is certainly running, however fast the machine."""
-    release = threading.Event()
-    real = getattr(owner, name)
-
-    def held(*args, **kwargs):
-        out = real(*args, **kwargs)
-        deadline = time.monotonic() + 60
-        while not release.is_set() and time.monotonic() < deadline:
-            sum(i * i for i in range(20000))  # holds the GIL between switches, like real Python work
-        return out
-
-    monkeypatch.setattr(owner, name, held)
-    return release
-
-
 async def test_keys_answered_during_baseline_and_bisection(big_model, tmp_path, monkeypatch):
     from bisect_tui.core.bisect.search import Bisector
     from bisect_tui.core.pipeline import Triage
 
     monkeypatch.chdir(tmp_path)
-    checks_held = _hold_after(monkeypatch, Triage, "run_baseline")
-    search_held = _hold_after(monkeypatch, Bisector, "run")
+    checks_held = hold_after(monkeypatch, Triage, "run_baseline")
+    search_held = hold_after(monkeypatch, Bisector, "run")
     opts = gelu_options(str(big_model), "sess")
     app = make_app(options=opts)
     async with app.run_test(size=(80, 24)) as pilot:
