@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import shutil
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -30,6 +31,34 @@ def workdir(tmp_path, monkeypatch, samples) -> Path:
     monkeypatch.chdir(wd)
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
     return wd
+
+
+@pytest.fixture
+def hold_after(monkeypatch):
+    """`hold_after(owner, name)`: after `owner.name` has done its real work, its worker
+    thread keeps the CPU and the GIL busy in pure Python until the test sets the returned
+    event, so keys are pressed while the work is certainly running, however fast the
+    machine. Teardown releases every hold, so a failing test leaves no thread spinning."""
+    releases: list[threading.Event] = []
+
+    def hold(owner, name: str) -> threading.Event:
+        release = threading.Event()
+        real = getattr(owner, name)
+
+        def held(*args, **kwargs):
+            out = real(*args, **kwargs)
+            deadline = time.monotonic() + 60
+            while not release.is_set() and time.monotonic() < deadline:
+                sum(i * i for i in range(20000))  # holds the GIL between switches, like real Python work
+            return out
+
+        monkeypatch.setattr(owner, name, held)
+        releases.append(release)
+        return release
+
+    yield hold
+    for release in releases:
+        release.set()
 
 
 @pytest.fixture

@@ -12,7 +12,7 @@ from bisect_tui.core.resume import options_from_session
 from bisect_tui.tui.app import make_app
 from bisect_tui.tui.screens.bisection import BisectionScreen
 from bisect_tui.tui.screens.checklist import ChecklistScreen
-from tui_helpers import DEEP_NODES, gelu_options, hold_after, screen_text, wait_for, wait_idle
+from tui_helpers import DEEP_NODES, gelu_options, screen_text, wait_for, wait_idle
 
 
 def recorded(sess: Path) -> int:
@@ -81,12 +81,12 @@ async def test_cancel_then_resume(workdir):
         assert "✔ found" in screen_text(app3)
 
 
-async def test_cancel_a_check_keeps_the_app_usable(workdir, monkeypatch):
+async def test_cancel_a_check_keeps_the_app_usable(workdir, hold_after):
     """x during the checks: the step goes back to pending (not failed) and r finishes it.
     The baseline is held after its real work, so x certainly comes while the checks run."""
     from bisect_tui.core.pipeline import Triage
 
-    held = hold_after(monkeypatch, Triage, "run_baseline")
+    held = hold_after(Triage, "run_baseline")
     app = make_app(gelu_options("deep_stack.onnx"))
     async with app.run_test(size=(80, 24)) as pilot:
         app.simulate_key("a")

@@ -9,7 +9,7 @@ import onnx
 import pytest
 
 from bisect_tui.tui.app import make_app
-from tui_helpers import gelu_options, hold_after, wait_for, wait_idle
+from tui_helpers import gelu_options, wait_for, wait_idle
 
 from testlib import REPO
 
@@ -26,13 +26,13 @@ def big_model(tmp_path):
     return path
 
 
-async def test_keys_answered_during_baseline_and_bisection(big_model, tmp_path, monkeypatch):
+async def test_keys_answered_during_baseline_and_bisection(big_model, tmp_path, monkeypatch, hold_after):
     from bisect_tui.core.bisect.search import Bisector
     from bisect_tui.core.pipeline import Triage
 
     monkeypatch.chdir(tmp_path)
-    checks_held = hold_after(monkeypatch, Triage, "run_baseline")
-    search_held = hold_after(monkeypatch, Bisector, "run")
+    checks_held = hold_after(Triage, "run_baseline")
+    search_held = hold_after(Bisector, "run")
     opts = gelu_options(str(big_model), "sess")
     app = make_app(options=opts)
     async with app.run_test(size=(80, 24)) as pilot:

@@ -11,7 +11,7 @@ from bisect_tui.tui.format import clip_hist, mini_spark, state_label
 from bisect_tui.tui.messages import BisectStep, EngineProgress, StepFinished
 from bisect_tui.tui.screens.settings import parse_entries, parse_names
 from bisect_tui.tui.widgets.common import wrap_cjk
-from tui_helpers import gelu_options, hold_after, wait_exit, wait_for
+from tui_helpers import gelu_options, wait_exit, wait_for
 
 
 def test_progress_is_coalesced_per_stage_only():
@@ -87,23 +87,20 @@ def test_settings_parsing():
         "GeluApproximation", "GeluFusionL2")
 
 
-async def test_quit_while_working_returns_130(workdir, monkeypatch):
+async def test_quit_while_working_returns_130(workdir, hold_after):
     """q while the checks run cancels them and exits 130. The baseline is held after its
     real work (CI once finished all of deep_stack's checks inside one settle of the app,
     so the test never saw it busy)."""
     from bisect_tui.core.pipeline import Triage
 
-    held = hold_after(monkeypatch, Triage, "run_baseline")
+    held = hold_after(Triage, "run_baseline")
     app = make_app(gelu_options("deep_stack.onnx"))
-    try:
-        async with app.run_test(size=(80, 24)) as pilot:
-            app.simulate_key("a")
-            await wait_for(pilot, lambda: app.busy, what="work to start")
-            app.simulate_key("q")
-            await wait_exit(pilot)
-            assert app.busy  # the quit came while the work still ran
-    finally:
-        held.set()
+    async with app.run_test(size=(80, 24)) as pilot:
+        app.simulate_key("a")
+        await wait_for(pilot, lambda: app.busy, what="work to start")
+        app.simulate_key("q")
+        await wait_exit(pilot)
+        held.set()  # before the app's shutdown, which waits for its worker thread
     assert app.return_code == 130
 
 

@@ -5,8 +5,6 @@ from __future__ import annotations
 import asyncio
 import html
 import re
-import threading
-import time
 from pathlib import Path
 
 from rich.cells import get_character_cell_size
@@ -34,24 +32,6 @@ def gelu_options(model: str, session: str = "sess", gelu: bool = True) -> Triage
         tolerance=parse_tolerance("fp32"),
         config=EngineConfig(config_entries=GELU if gelu else ()),
     )
-
-
-def hold_after(monkeypatch, owner, name: str) -> threading.Event:
-    """After `owner.name` has done its real work, its worker thread keeps the CPU
-    and the GIL busy in pure Python until the test releases it: the keys are then
-    pressed while the work is certainly running, however fast the machine."""
-    release = threading.Event()
-    real = getattr(owner, name)
-
-    def held(*args, **kwargs):
-        out = real(*args, **kwargs)
-        deadline = time.monotonic() + 60
-        while not release.is_set() and time.monotonic() < deadline:
-            sum(i * i for i in range(20000))  # holds the GIL between switches, like real Python work
-        return out
-
-    monkeypatch.setattr(owner, name, held)
-    return release
 
 
 async def wait_idle(pilot, timeout: float = 60.0) -> None:
