@@ -108,8 +108,9 @@ async def test_the_picker_fills_in_the_suggestion(workdir, size):
 async def test_evidence_readable_footer_focus_and_found(gelu, size):
     app = make_app(gelu)
     async with app.run_test(size=size) as pilot:
-        await pilot.pause()
-        assert "q Quit" in footer_line(app) and "? Help" in footer_line(app)
+        # the footer is painted on a later refresh than the first settle: polled, not sampled once
+        await wait_for(pilot, lambda: "q Quit" in footer_line(app) and "? Help" in footer_line(app),
+                       what="the checklist's footer")
         assert "┏━ Checklist" in screen_text(app)  # focus is a heavy border, not only a colour
         await pilot.press("b")
         await wait_idle(pilot, 120)

@@ -129,5 +129,4 @@ async def test_core_user_error_is_one_line_not_a_traceback(workdir):
         assert app.status_error
         assert "Traceback" not in screen_text(app)
         await pilot.press("question_mark")  # still alive and responsive
-        await pilot.pause()
-        assert "run the next step" in screen_text(app)
+        await wait_for(pilot, lambda: "run the next step" in screen_text(app), what="the help")

@@ -180,8 +180,7 @@ async def test_help_and_keys_without_escape(gelu, workdir):
     app = make_app(gelu)
     async with app.run_test(size=(80, 24)) as pilot:
         await pilot.press("question_mark")
-        await pilot.pause()
-        assert "run the next step" in screen_text(app)
+        await wait_for(pilot, lambda: "run the next step" in screen_text(app), what="the help")
         await pilot.press("q")  # closes the help, does not quit
         await pilot.pause()
         assert isinstance(app.screen, ChecklistScreen)
