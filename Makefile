@@ -34,9 +34,10 @@ run: $(STAMP)
 	@test -f $(SAMPLE) || $(PY) sample_models/build.py -q
 	$(VENV)/bin/bisect-tui tui $(SAMPLE) $(RUN_ARGS)
 
+# two pytest workers (pytest-xdist): CI has two cores; `pytest` alone runs the same tests serially
 test: $(TEST_STAMP)
 	$(PY) sample_models/build.py -q
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n 2
 
 bench: $(TEST_STAMP)
 	$(PY) -m pip install -q -e '.[test,bench]'
