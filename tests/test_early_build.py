@@ -3,8 +3,10 @@
 
 from __future__ import annotations
 
+import os
 import threading
 
+from bisect_tui.core.bisect.early import BLOCKED_NICE
 from bisect_tui.core.bisect.run import run_bisection
 from bisect_tui.core.pipeline import Triage, TriageOptions
 from bisect_tui.api import EngineConfig
@@ -20,14 +22,17 @@ def _triage(model, root, ahead: bool, config=GELU) -> Triage:
     return t
 
 
-def _blocked_threads(monkeypatch) -> list[str]:
-    """The threads that built the engine with every tensor marked."""
+def _blocked_threads(monkeypatch, nices: list | None = None) -> list[str]:
+    """The threads that built the engine with every tensor marked (`nices`: their
+    nice values, where the platform has them)."""
     seen: list[str] = []
     real = OrtEngine.build
 
     def build(self, model_path, config, marked=(), workdir=None, *, context=None):
         if len(marked) > 10:
             seen.append(threading.current_thread().name)
+            if nices is not None and hasattr(os, "getpriority"):
+                nices.append(os.getpriority(os.PRIO_PROCESS, threading.get_native_id()))
         return real(self, model_path, config, marked, workdir, context=context)
 
     monkeypatch.setattr(OrtEngine, "build", build)
@@ -39,9 +44,12 @@ def _shape(r: dict) -> list:
 
 
 def test_the_search_takes_the_blocked_build_made_during_the_check(samples, tmp_path, monkeypatch):
-    seen = _blocked_threads(monkeypatch)
+    nices: list[int] = []
+    seen = _blocked_threads(monkeypatch, nices)
     t = _triage(samples / "deep_stack.onnx", tmp_path / "ahead", True)
     assert seen and seen[0].startswith("blocked-build")  # started before the search, in its thread
+    if hasattr(os, "getpriority"):  # below the engine under test's build, which the check waits on
+        assert nices[0] == min(19, os.getpriority(os.PRIO_PROCESS, 0) + BLOCKED_NICE)
     assert t.search_builds  # made, not yet taken
     ahead = run_bisection(t)
     assert not t.search_builds and len(seen) == 1  # taken by the search: not built twice
