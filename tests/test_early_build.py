@@ -6,6 +6,8 @@ from __future__ import annotations
 import os
 import threading
 
+import pytest
+
 from bisect_tui.core.bisect.early import BLOCKED_NICE
 from bisect_tui.core.bisect.run import run_bisection
 from bisect_tui.core.pipeline import Triage, TriageOptions
@@ -44,12 +46,9 @@ def _shape(r: dict) -> list:
 
 
 def test_the_search_takes_the_blocked_build_made_during_the_check(samples, tmp_path, monkeypatch):
-    nices: list[int] = []
-    seen = _blocked_threads(monkeypatch, nices)
+    seen = _blocked_threads(monkeypatch)
     t = _triage(samples / "deep_stack.onnx", tmp_path / "ahead", True)
     assert seen and seen[0].startswith("blocked-build")  # started before the search, in its thread
-    if hasattr(os, "getpriority"):  # below the engine under test's build, which the check waits on
-        assert nices[0] == min(19, os.getpriority(os.PRIO_PROCESS, 0) + BLOCKED_NICE)
     assert t.search_builds  # made, not yet taken
     ahead = run_bisection(t)
     assert not t.search_builds and len(seen) == 1  # taken by the search: not built twice
@@ -117,3 +116,41 @@ def test_no_attribution_build_ahead_of_a_passing_check(samples, tmp_path):
     t = _triage(samples / "passing_stack.onnx", tmp_path / "s", True)
     start_attribution_build(t)
     assert [k[0] for k in t.search_builds] == [repr(sorted(GELU.to_dict().items()))]  # the blocked build only
+
+
+@pytest.mark.skipif(not hasattr(os, "getpriority"), reason="no thread priorities here")
+@pytest.mark.parametrize("engine_still_building", [True, False], ids=["beside the engine's build", "after it"])
+def test_it_yields_to_the_engine_under_test_only_while_that_is_built(samples, tmp_path, monkeypatch,
+                                                                      engine_still_building):
+    """Lowered (BLOCKED_NICE) while the engine under test is still being built, which
+    the check waits on next; at the search's own priority once that build is done, as
+    it is then next on the search's path. Which of the two holds is made certain here:
+    the engine's build is held until this one starts, or this one until that is done."""
+    import bisect_tui.core.bisect.early as early_mod
+
+    nices: list[int] = []
+    seen = _blocked_threads(monkeypatch, nices)
+    started = threading.Event()
+    real_build = OrtEngine.build
+
+    def build(self, model_path, config, marked=(), workdir=None, *, context=None):
+        if len(marked) > 10:
+            started.set()
+        got = real_build(self, model_path, config, marked, workdir, context=context)
+        if engine_still_building and not marked and threading.current_thread().name.startswith("fused-build"):
+            assert started.wait(60), "the blocked build never started"
+        return got
+
+    monkeypatch.setattr(OrtEngine, "build", build)
+    real_start = early_mod.start_blocked_build
+
+    def start_blocked_build(triage):
+        if not engine_still_building:
+            triage._fused_build[2].result()  # the engine under test is built
+        return real_start(triage)
+
+    monkeypatch.setattr(early_mod, "start_blocked_build", start_blocked_build)
+    _triage(samples / "deep_stack.onnx", tmp_path / "s", True)
+    assert seen and seen[0].startswith("blocked-build")
+    mine = os.getpriority(os.PRIO_PROCESS, 0)
+    assert nices[0] == (min(19, mine + BLOCKED_NICE) if engine_still_building else mine)

@@ -44,10 +44,12 @@ def _may_start(triage) -> bool:
     return not (steps.exists() and steps.stat().st_size)  # a resumed search has its steps on record
 
 
-# "All fusions blocked" is started when the dump is done, while the engine under test is
-# still building: the check waits on that build and the probe after it, the search on this
-# one only later. Lowered, it leaves the engine's build its core: at 21,000 nodes the
-# engine was built 2-3.5 s sooner (with the second run lowered too, second_run.NICE)
+# "All fusions blocked" is started when the dump is done. Where the engine under test is
+# still building then, the check waits on that build and the probe after it, the search on
+# this one only later: lowered, it leaves the engine's build its core (21,000 nodes: the
+# engine built 2-3.5 s sooner, with the second run lowered too, second_run.NICE). Where
+# that build is done (5,000 nodes), it is next on the search's path: not lowered (a
+# thread's priority can be lowered, never raised again without privileges).
 BLOCKED_NICE = 5
 
 
@@ -76,7 +78,7 @@ def start_blocked_build(triage) -> None:
     """"All fusions blocked" of the user's config (the search's first build)."""
     if _may_start(triage):
         _start(triage, triage.opts.config, tuple(triage.info.index.intermediate_tensors()), None, "blocked-build",
-               nice=BLOCKED_NICE)
+               nice=BLOCKED_NICE if triage.engine_build_in_flight() else 0)
 
 
 def start_attribution_build(triage) -> None:

@@ -88,6 +88,12 @@ class Overlap:
         future = background.start(build, self.session.model_path, config, (), workdir, name="fused-build")
         self._fused_build = (config, workdir, future)
 
+    def engine_build_in_flight(self) -> bool:
+        """The engine under test is still being built beside the checks (what the
+        check waits on next): work started now that is needed later should yield to it."""
+        early = self._fused_build
+        return early is not None and not early[2].done()
+
     def may_build_beside(self) -> bool:
         """Engine builds may run in a thread beside other work: an engine whose builds
         let go of the GIL (Capabilities.concurrent_builds), two cores or more, and
