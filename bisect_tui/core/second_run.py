@@ -361,9 +361,10 @@ class HashSink:
 
 # How much lower the second run's process runs than this one. It works beside the
 # engine under test's build, which the check waits on first, and its digests are read
-# only after the fused engine is judged: at its own priority it took a third of the
-# cores from that build (21,000 nodes: the engine built 2-3.5 s later, docs/benchmarks.md
-# section 4). Lowered, it still gets what the build leaves, and all of an idle machine.
+# only after the fused engine is judged: at its own priority it shared the cores with
+# that build (21,000 nodes: the engine was built 1.2-4.6 s later, docs/benchmarks.md
+# section 4, eleventh pass). Lowered, it still gets what the build leaves, and all of an
+# idle machine.
 NICE = 5
 
 

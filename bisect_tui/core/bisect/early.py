@@ -47,7 +47,7 @@ def _may_start(triage) -> bool:
 # "All fusions blocked" is started when the dump is done. Where the engine under test is
 # still building then, the check waits on that build and the probe after it, the search on
 # this one only later: lowered, it leaves the engine's build its core (21,000 nodes: the
-# engine built 2-3.5 s sooner, with the second run lowered too, second_run.NICE). Where
+# engine built 1.2-4.6 s sooner, with the second run lowered too, second_run.NICE). Where
 # that build is done (5,000 nodes), it is next on the search's path: not lowered (a
 # thread's priority can be lowered, never raised again without privileges).
 BLOCKED_NICE = 5
