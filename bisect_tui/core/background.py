@@ -28,12 +28,18 @@ def start(fn: Callable[..., Any], *args: Any, name: str, nice: int = 0) -> Futur
         pool.shutdown(wait=False)  # the thread ends with its one task
 
 
-def _lowered(nice: int, fn: Callable[..., Any], *args: Any) -> Any:
-    try:  # Linux: a thread id names one thread here; the thread ends with the task
-        tid = threading.get_native_id()
+def lower_priority(nice: int, tid: int = 0) -> None:
+    """Thread `tid` (0: the calling one; on Linux a priority is a thread's, and the
+    threads it makes from then on inherit it) `nice` steps lower; nothing where the
+    platform or the permissions do not allow it (it then runs at the same priority)."""
+    try:
         os.setpriority(os.PRIO_PROCESS, tid, min(19, os.getpriority(os.PRIO_PROCESS, tid) + nice))
-    except (AttributeError, OSError):  # not Linux, or not allowed: run at the same priority
+    except (AttributeError, OSError):
         pass
+
+
+def _lowered(nice: int, fn: Callable[..., Any], *args: Any) -> Any:
+    lower_priority(nice, threading.get_native_id())  # the thread ends with the task
     return fn(*args)
 
 

@@ -368,17 +368,6 @@ class HashSink:
 NICE = 5
 
 
-def lower_priority(nice: int = NICE) -> None:
-    """This process (its threads made from now on too) `nice` steps lower; nothing
-    where the platform or the permissions do not allow it."""
-    import os
-
-    try:
-        os.setpriority(os.PRIO_PROCESS, 0, min(19, os.getpriority(os.PRIO_PROCESS, 0) + nice))
-    except (AttributeError, OSError):
-        pass
-
-
 def main(argv: list[str]) -> int:
     import numpy as np
 
@@ -473,9 +462,9 @@ def _exit_now(code: int) -> None:
 
 
 if __name__ == "__main__":
-    from bisect_tui.core import startup_gc
+    from bisect_tui.core import background, startup_gc
 
-    lower_priority()  # before the imports: they run beside the engine's build too
+    background.lower_priority(NICE)  # before the imports: they run beside the engine's build too
 
     startup_gc.pause()  # for the imports: main() freezes what they made and turns it back on
     try:
