@@ -35,7 +35,8 @@ class Capabilities:
     # a build may run in a thread beside other work of this process: the library
     # lets go of the GIL while it builds and the engine object holds no per-build
     # state (two session creations at once in two threads took 0.69 s against
-    # 1.17 s one after the other on a 5,000-node model)
+    # 1.17 s one after the other on a 5,000-node model); such an engine calls
+    # BuildContext.entered as the library takes over
     concurrent_builds: bool = False
 
     def problem(self, level: str, precision: str) -> str | None:

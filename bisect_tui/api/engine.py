@@ -37,8 +37,12 @@ class BuildContext:
     """What a build may need besides the model and config, handed in rather than
     dug out of the session directory: the shapes the triage runs, its input
     feeds (or the .npz holding them), a directory for caches that outlive one
-    build, a progress callback (text -> False to stop) and a cancel check
-    (raises `Cancelled` once the user asked to stop)."""
+    build, a progress callback (text -> False to stop), a cancel check
+    (raises `Cancelled` once the user asked to stop) and `entered`, which an
+    engine whose builds let go of the GIL (Capabilities.concurrent_builds) calls
+    once, from the building thread, as its library takes over: the caller's next
+    work may hold the interpreter for long (shape inference of a whole graph held it
+    0.43 s at 21,000 nodes while the build had not yet reached the library)."""
 
     input_shapes: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
     feeds: Optional[Mapping[str, Any]] = None
@@ -46,6 +50,10 @@ class BuildContext:
     cache_dir: Optional[Path] = None
     progress: Optional[Callable[[str], bool]] = None
     cancel_check: Optional[Callable[[], None]] = None
+    entered: Optional[Callable[[], None]] = None
+    # False: the caller reads the outputs only (a part of a marked build made in parts),
+    # never the map or the optimized program, so the engine need not write it
+    map_wanted: bool = True
 
 
 class BuiltEngine(Protocol):

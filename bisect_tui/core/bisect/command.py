@@ -168,6 +168,9 @@ def run_bisect_command(args, opts) -> int:
                                workers=workers, fanout=fanout,
                                use_probe=not getattr(args, "no_probe", False), pool=pool)
     finally:
+        from bisect_tui.core import background
+
+        background.run_later()  # what the check left for the search's waits (close_later)
         pool.close()
         progress.close()
     report = getattr(args, "report", None)

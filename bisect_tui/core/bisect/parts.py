@@ -28,6 +28,7 @@ from typing import Optional, Sequence
 import numpy as np
 import onnx
 
+from bisect_tui.api import BuildContext
 from bisect_tui.core.graph import GraphIndex
 
 # about this many nodes a part; graphs under two parts' worth are built whole. The
@@ -152,6 +153,9 @@ def _typed(name: str, a: np.ndarray) -> onnx.ValueInfoProto:
     return onnx.helper.make_tensor_value_info(name, onnx.helper.np_dtype_to_tensor_dtype(a.dtype), list(a.shape))
 
 
+_PART = BuildContext(map_wanted=False)  # a part's outputs are read, never its map
+
+
 def run_parts(engine, model_path: str, feeds: Sequence[dict], job):
     """pool.build_and_run's work for a job with `cuts`: (the graph outputs of each
     sample, the number of parts); None when a part failed (the caller then builds
@@ -183,7 +187,7 @@ def run_parts(engine, model_path: str, feeds: Sequence[dict], job):
             path.write_bytes(part.SerializeToString())
             mine = [o for n in nodes for o in n.output if o and o in marks and o not in outputs]
             try:
-                built = engine.build(path, job.config, mine, None, context=None)
+                built = engine.build(path, job.config, mine, None, context=_PART)
             except EngineBuildError:
                 return None
             try:

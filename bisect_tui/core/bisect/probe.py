@@ -209,7 +209,12 @@ def run_probe(triage, optimized_path: str, units: list[Unit], tolerance=None, co
                 _observe_groups(triage, observer, groups, sink, twin)
         finally:
             if observer is not None:
-                observer.close()
+                if getattr(triage, "search_ahead", False):  # the search's first wait on a build closes it
+                    from bisect_tui.core import background
+
+                    background.close_later(observer.close)
+                else:
+                    observer.close()
         errors = sink.errors
         if key is not None:
             triage.probe_errors[key] = errors

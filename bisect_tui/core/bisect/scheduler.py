@@ -109,4 +109,6 @@ class BuildScheduler:
         jobs = [self.job(p) for p in plans]
         started = [self._prefetched.pop(p.key, None) or self.early(p.config, p.marks) for p in plans]
         rest = iter(self.pool.run([j for j, f in zip(jobs, started) if f is None]) if None in started else ())
+        if any(f is not None and not f.done() for f in started):
+            background.run_later()  # this thread would only wait
         return [(j, f.result()[0] if f is not None else next(rest)) for j, f in zip(jobs, started)]

@@ -8,6 +8,8 @@ Its result is a `CheckResult`, saved as check.json and reused while its key
 
 from __future__ import annotations
 
+import functools
+
 import time
 from pathlib import Path
 from typing import Optional
@@ -81,7 +83,9 @@ class FusedStep:
             return self._judged_fused(key, config, t0, build_s, per_sample, precision_used, optimized, mapped,
                                       workdir)
         finally:
-            mapped.add_done_callback(lambda _f: built.close())
+            # with a search next, its first wait on a build closes the engine (background.close_later)
+            close = functools.partial(background.close_later, built.close) if self.search_ahead else built.close
+            mapped.add_done_callback(lambda _f: close())
 
     def _judged_fused(self, key: str, config: EngineConfig, t0: float, build_s: float, per_sample: list,
                       precision_used, optimized: Optional[str], mapped, workdir: Path) -> dict:

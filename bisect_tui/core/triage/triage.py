@@ -129,7 +129,7 @@ class Triage(Overlap, FusedStep, TorchFrontEnd, Verdicts):
             self._engine.progress = self._build_progress
         return self._engine
 
-    def build_context(self, callbacks: bool = True):
+    def build_context(self, callbacks: bool = True, entered=None):
         """What a whole-graph build of this triage's model may need (api.BuildContext):
         the shapes it runs, its saved inputs, the session's cache folder and, in
         this process, the progress and cancel hooks (a pool worker's copy has none:
@@ -141,7 +141,8 @@ class Triage(Overlap, FusedStep, TorchFrontEnd, Verdicts):
             input_shapes={k: tuple(int(d) for d in v) for k, v in self.shapes.items()},
             feeds_file=self.session.inputs_path, cache_dir=self.session.root / "engines",
             progress=self._build_progress if callbacks else None,
-            cancel_check=self.cancel.check if callbacks else None)
+            cancel_check=self.cancel.check if callbacks else None,
+            entered=entered if callbacks else None)
 
     def _build_progress(self, text: str) -> bool:
         self.progress(Progress("build", text))

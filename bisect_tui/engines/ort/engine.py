@@ -165,8 +165,11 @@ class OrtEngine(EngineBase):
               workdir: Optional[Path] = None, *, context: Optional[BuildContext] = None) -> OrtBuilt:
         """Build the fused session for `config` with `marked` tensors kept observable
         (session.build: unmarkable tensors listed, errors in one line, a temp dir
-        owned by the result when no `workdir` is given). ORT needs no context."""
-        return build_session(model_path, config, marked, workdir)
+        owned by the result when no `workdir` is given). Of the context ORT reads
+        `entered` and `map_wanted`."""
+        return build_session(model_path, config, marked, workdir,
+                             entered=context.entered if context is not None else None,
+                             save_optimized=context is None or context.map_wanted)
 
     def builds_in_parts(self, config: EngineConfig) -> bool:
         """On the CPU provider in FP32: each node is a kernel of its own once every

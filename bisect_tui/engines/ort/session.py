@@ -21,7 +21,7 @@ import threading
 import uuid
 import weakref
 from pathlib import Path
-from typing import Collection, Optional, Sequence
+from typing import Callable, Collection, Optional, Sequence
 
 import numpy as np
 import onnx
@@ -34,7 +34,6 @@ from bisect_tui.core.onnx_files import (
     file_hash as _file_hash,
     first_line as _first_line,
     load_model as _load,
-    model_size_estimate as _model_size_estimate,
     uses_external_data_file as _uses_external_data_file,
 )
 from bisect_tui.core.onnx_files import save_model as _save_any
@@ -290,8 +289,9 @@ def marking_base(path: Path) -> tuple:
         return hit
     model = _load_runnable(path)
     # marks go in untyped: ORT types each from the node that makes it, fp16 ones too,
-    # so the marked builds need no shape inference (0.07 s on a 5,000-node model)
-    entry = (model, _existing_tensors(model), {})
+    # so the marked builds need no shape inference (0.07 s on a 5,000-node model);
+    # whether its weights are outside, walked once here, not again per build
+    entry = (model, _existing_tensors(model), {}, has_external_data(model))
     if key[2] <= _BASE_CACHE_MAX_BYTES:  # with external data the proto holds no weights: small
         _BASE_CACHE.clear()  # one model at a time: the search's
         _BASE_CACHE[key] = entry
@@ -303,6 +303,8 @@ def build(
     config: EngineConfig,
     marked: Collection[str] = (),
     workdir: Optional[Path] = None,
+    entered: Optional[Callable[[], None]] = None,
+    save_optimized: bool = True,
 ) -> OrtBuilt:
     """Build the fused session for `config` with `marked` tensors kept observable.
 
@@ -316,27 +318,46 @@ def build(
     if not model_path.exists():
         raise UserError(f"model file not found: {model_path}")
     tmpdir: Optional[tempfile.TemporaryDirectory] = None
-    if workdir is None:
+    # a build whose graph nobody reads (a part of a marked build) needs a folder only
+    # for an FP16 conversion or a marked model too big to pass as bytes
+    if workdir is None and (save_optimized or config.precision == "fp16"
+                            or _marked_size(model_path, marked) > _threshold()):
         tmpdir = tempfile.TemporaryDirectory(prefix="bisect_tui_ort_")
         workdir = Path(tmpdir.name)
     try:
-        return _build_in(model_path, config, marked, Path(workdir), tmpdir)
+        return _build_in(model_path, config, marked, Path(workdir) if workdir is not None else None, tmpdir,
+                         entered, save_optimized)
     except BaseException:
         if tmpdir is not None:
             tmpdir.cleanup()
         raise
 
 
+def _marked_size(path: Path, marked: Collection[str]) -> int:
+    """Bytes a model file with `marked` tensors added as outputs would take, at most: the
+    file's own size (it holds every weight that is not outside) and a name's room per
+    mark, with the margin `model_size_estimate` keeps. Walking every initializer of each
+    part of a parted build for this took 0.1 CPU-s a build at 21,000 nodes."""
+    try:
+        size = os.stat(path).st_size
+    except OSError:
+        return 0  # a missing file fails in the build, with its own message
+    return size + 1_000_000 + sum(len(t) + 16 for t in marked)
+
+
 def _build_in(
     model_path: Path,
     config: EngineConfig,
     marked: Collection[str],
-    workdir: Path,
+    workdir: Optional[Path],
     tmpdir: Optional[tempfile.TemporaryDirectory],
+    entered: Optional[Callable[[], None]] = None,
+    save_optimized: bool = True,
 ) -> OrtBuilt:
     import onnxruntime as ort
 
-    workdir.mkdir(parents=True, exist_ok=True)
+    if workdir is not None:
+        workdir.mkdir(parents=True, exist_ok=True)
     marked = list(dict.fromkeys(t for t in marked if t))
     key_blob = json.dumps(
         {"model": _file_hash(model_path), "config": config.key(), "marked": sorted(marked)},
@@ -350,18 +371,18 @@ def _build_in(
         from bisect_tui.engines.ort.fp16 import fp16_model_path  # the faithful FP16 conversion
 
         base_path = fp16_model_path(model_path, workdir, config.keep_fp32)
-    model, existing, types = marking_base(base_path) if marked else (None, set(), {})
+    model, existing, types, base_external = marking_base(base_path) if marked else (None, set(), {}, False)
     markable: list[str] = []
     if marked and model is not None:
         markable = [t for t in marked if t in existing]
         # e.g. a tensor the fp16 converter renamed: legitimate, reported to the caller
         unmarkable = [t for t in marked if t not in existing]
     model_arg: str | bytes
-    external = has_external_data(model) if model is not None else _uses_external_data_file(base_path)
+    external = base_external if model is not None else _uses_external_data_file(base_path)
     if markable and model is not None:
         # fp16: types come from the converted model, so marked tensors are fp16
         model = mark_outputs(model, markable, types)
-        if not external and _model_size_estimate(model) > _threshold():
+        if not external and _marked_size(base_path, markable) > _threshold():
             build_path = workdir / f"build_{key}.onnx"
             _save_model(model, build_path)
             model_arg = str(build_path)
@@ -373,11 +394,13 @@ def _build_in(
 
     so = ort.SessionOptions()
     so.graph_optimization_level = graph_level(ort, config.level)
-    optimized = workdir / f"optimized_{key}.onnx"
     # ORT writes the file during session creation; write under a unique name
     # and rename so a concurrent build of the same key never tears it.
-    tmp_opt = workdir / f".optimized_{key}.{uuid.uuid4().hex[:8]}.onnx"
-    so.optimized_model_filepath = str(tmp_opt)
+    optimized = tmp_opt = None
+    if save_optimized and workdir is not None:
+        optimized = workdir / f"optimized_{key}.onnx"
+        tmp_opt = workdir / f".optimized_{key}.{uuid.uuid4().hex[:8]}.onnx"
+        so.optimized_model_filepath = str(tmp_opt)
     so.enable_cpu_mem_arena = False  # dumps of many tensors must stay memory bounded
     from bisect_tui.engines.ort.unfused import NO_SPIN
 
@@ -392,8 +415,9 @@ def _build_in(
     if isinstance(model_arg, bytes) and external:
         # the marked proto holds no weights: ORT reads them from the source's folder
         so.add_session_config_entry(EXTERNAL_FOLDER, str(base_path.parent.resolve()))
-    if external or (isinstance(model_arg, str) and model_arg != str(base_path)
-                    and _uses_external_data_file(Path(model_arg))):  # a marked model saved with its weights outside
+    if optimized is not None and (external or (isinstance(model_arg, str) and model_arg != str(base_path)
+                                               and _uses_external_data_file(Path(model_arg)))):
+        # a marked model saved with its weights outside: so are the optimized graph's
         so.add_session_config_entry(
             "session.optimized_model_external_initializers_file_name", optimized.name + ".data"
         )
@@ -403,6 +427,8 @@ def _build_in(
     try:
         for k, v in config.config_entries:
             so.add_session_config_entry(str(k), str(v))
+        if entered is not None:  # the session is made without the GIL from here on
+            entered()
         session = ort.InferenceSession(
             model_arg,
             so,
@@ -410,6 +436,8 @@ def _build_in(
             disabled_optimizers=list(config.disabled_passes),
         )
     except ort_errors() as e:
+        if tmp_opt is None:
+            raise _build_error(e) from None  # nothing was being saved: the engine's own verdict
         if tmp_opt.exists():
             tmp_opt.unlink()
         # A full disk or a file-size limit makes ORT fail while saving the
@@ -426,7 +454,7 @@ def _build_in(
             f"ONNX Runtime could not write the optimized graph into {workdir} ({_first_line(e)}): "
             "the disk is full, a file-size limit or a permission stopped it; fix it and rerun") from None
     saved: Optional[Path] = None
-    if tmp_opt.exists():
+    if tmp_opt is not None and tmp_opt.exists():
         os.replace(tmp_opt, optimized)
         saved = optimized
     # marked builds (a search's trials) only need the graph, for the map: their weights copy goes
