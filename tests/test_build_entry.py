@@ -176,3 +176,36 @@ def test_marked_size_bounds_what_is_passed_as_bytes(tmp_path):
     assert size >= len(marked.SerializeToString()) >= p.stat().st_size  # what ORT is given, at most
     assert size < model_size_estimate(m) + len(m.SerializeToString())  # not looser than the walk it replaced, much
     assert ort_session._marked_size(tmp_path / "gone.onnx", ["y"]) == 0
+
+
+def test_a_whole_graph_build_hands_its_result_over_before_its_teardown(samples, tmp_path, monkeypatch):
+    from bisect_tui.core.bisect.pool import BuildJob, build_and_run
+    from bisect_tui.core.bisect.scheduler import BuildScheduler, Plan
+
+    closed: list[int] = []
+    real_close = ort_session.OrtBuilt.close
+    monkeypatch.setattr(ort_session.OrtBuilt, "close", lambda self: (closed.append(1), real_close(self))[1])
+    background.run_later()
+    model = samples / "transformer_block.onnx"
+    feeds = [{"x": np.random.default_rng(1).standard_normal((1, 16, 64)).astype(np.float32)}]
+    later = BuildJob(config=GELU, marks=(), workdir=str(tmp_path / "a"), close_later=True)
+    res = build_and_run(OrtEngine(), str(model), feeds, later)
+    assert res.outputs and res.fused_objs and closed == []  # the map and outputs are in, the engine still open
+    background.run_later()
+    assert closed == [1]
+    # in a worker process, and without the flag, it is closed before the result
+    build_and_run(OrtEngine(), str(model), feeds, later, worker="w123")
+    assert closed == [1, 1]
+    build_and_run(OrtEngine(), str(model), feeds, BuildJob(config=GELU, marks=(), workdir=str(tmp_path / "b")))
+    assert closed == [1, 1, 1]
+
+    # the scheduler asks for it only for unmarked builds where a third engine fits the budget
+    def scheduler(fits: bool) -> BuildScheduler:
+        return BuildScheduler(None, engine_dir=lambda c: tmp_path / "e", concurrent=True,
+                              beside=lambda builds=2: fits or builds < 3)
+
+    plan = Plan(kind="full engine", region="whole graph", ids=(), config=GELU, marks=(), key="k")
+    assert scheduler(True).job(plan).close_later
+    assert not scheduler(False).job(plan).close_later
+    marked = Plan(kind="remaining fusions", region="whole graph", ids=(), config=GELU, marks=("t",), key="m")
+    assert not scheduler(True).job(marked).close_later

@@ -57,6 +57,7 @@ def _start(triage, config: EngineConfig, marks: tuple, workdir, name: str, nice:
     """The build the search's BuildPool would make for this candidate (pool.build_and_run)."""
     from bisect_tui.core import background
     from bisect_tui.core.bisect.parts import cuts_for
+    from bisect_tui.core.bisect.limits import builds_beside_fit
     from bisect_tui.core.bisect.pool import BuildJob, build_and_run
 
     caps = triage.engine.capabilities
@@ -64,7 +65,8 @@ def _start(triage, config: EngineConfig, marks: tuple, workdir, name: str, nice:
     job = BuildJob(config=config, marks=marks, workdir=str(workdir) if workdir is not None else None,
                    want_unblocked=bool(marks) and not (caps is None or caps.marking_blocks),
                    cuts=tuple(cuts_for(triage, config, marks)) if marks else (),
-                   outputs=tuple(info.outputs), context=triage.build_context(callbacks=False))
+                   outputs=tuple(info.outputs), context=triage.build_context(callbacks=False),
+                   close_later=workdir is not None and builds_beside_fit(triage, 3))
     feeds = [inputs.feeds(k) for k in range(inputs.samples)]
     model = str(triage.session.model_path)
 

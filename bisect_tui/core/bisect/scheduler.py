@@ -77,7 +77,8 @@ class BuildScheduler:
                         workdir=str(workdir) if workdir is not None else None,
                         want_unblocked=bool(plan.marks) and not self.marking_blocks,
                         outputs=self.outputs, context=self.context,
-                        cuts=tuple(self.cuts(plan)) if plan.marks else ())
+                        cuts=tuple(self.cuts(plan)) if plan.marks else (),
+                        close_later=workdir is not None and self.concurrent and self.beside(3))
 
     def can_prefetch(self, builds: int = 2) -> bool:
         """A build beside the search's work: an engine with concurrent builds, and
