@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import os
+import time
+from pathlib import Path
 import threading
 
 import pytest
@@ -154,3 +156,36 @@ def test_it_yields_to_the_engine_under_test_only_while_that_is_built(samples, tm
     assert seen and seen[0].startswith("blocked-build")
     mine = os.getpriority(os.PRIO_PROCESS, 0)
     assert nices[0] == (min(19, mine + BLOCKED_NICE) if engine_still_building else mine)
+
+
+def test_the_bisect_command_starts_it_from_the_probe_before_the_check_is_written(samples, tmp_path, monkeypatch):
+    """Triage.after_probe (set by the bisect command): the attribution build starts
+    once the probe and the map are in, before check.json is written, and only once
+    although the command asks again after the checklist."""
+    import functools
+
+    from bisect_tui.core.bisect.early import start_attribution_build
+
+    seen: list[bool] = []
+    real = OrtEngine.build
+
+    def build(self, model_path, config, marked=(), workdir=None, *, context=None):
+        if config.disabled_passes and not marked and workdir is not None:
+            seen.append((Path(workdir).parents[1] / "check.json").exists())
+        return real(self, model_path, config, marked, workdir, context=context)
+
+    monkeypatch.setattr(OrtEngine, "build", build)
+    t = Triage(TriageOptions(model=samples / "transformer_block.onnx", session_dir=tmp_path / "s", config=GELU),
+               lambda p: None)
+    t.search_ahead = True
+    t.after_probe = functools.partial(start_attribution_build, t)
+    t.run_all()
+    assert not t.fused["passed"]
+    deadline = time.monotonic() + 30
+    while not seen and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert seen == [False]  # started from the hook, before the check's file
+    start_attribution_build(t)  # what the command does after the checklist: nothing more
+    result = run_bisection(t)
+    assert seen == [False] and not t.search_builds
+    assert [c["attribution"]["confirmed"] for c in result["culprits"]] == [["GeluApproximation"]]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 from pathlib import Path
 
@@ -153,12 +154,17 @@ def run_bisect_command(args, opts) -> int:
     pool = start_pool(triage.engine_factory, workers, ray,
                       now=bool(ray) or fanout > 1 or (asked or 1) > 1 or bool(devices), devices=devices)
     triage.search_ahead = fanout == 1 and not ray  # the blocked build starts while the check runs
+    if triage.search_ahead:
+        from bisect_tui.core.bisect.early import start_attribution_build
+
+        # the probe's suspect without its pass, built from the moment the probe names it
+        triage.after_probe = functools.partial(start_attribution_build, triage)
     try:
         summary = triage.run_all()
         if triage.search_ahead and summary["verdict"] == "fail":
             from bisect_tui.core.bisect.early import start_attribution_build
 
-            start_attribution_build(triage)  # the probe's suspect without its pass, built from now on
+            start_attribution_build(triage)  # where the check's hook did not (a check.json reused)
         if summary["verdict"] in ("nondeterministic", "nan_inf", "export_mismatch"):
             progress.close()
             print(term(check_text(summary), keep_newlines=True))

@@ -20,7 +20,9 @@ workaround build once the search confirms the suspect, is started then
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
+import threading
 from typing import Optional
 
 from bisect_tui.api import EngineConfig
@@ -53,8 +55,13 @@ def _may_start(triage) -> bool:
 BLOCKED_NICE = 5
 
 
-def _start(triage, config: EngineConfig, marks: tuple, workdir, name: str, nice: int = 0) -> None:
-    """The build the search's BuildPool would make for this candidate (pool.build_and_run)."""
+def _start(triage, config: EngineConfig, marks: tuple, workdir, name: str, nice: int = 0,
+           wait_entry: bool = False) -> None:
+    """The build the search's BuildPool would make for this candidate (pool.build_and_run).
+    `wait_entry`: return once the engine's library has taken the build over
+    (BuildContext.entered), for a build the search waits on next: the check's own
+    Python after this (its map's records and files, GIL-bound) held it back 0.15 s at
+    21,000 nodes."""
     from bisect_tui.core import background
     from bisect_tui.core.bisect.parts import cuts_for
     from bisect_tui.core.bisect.limits import builds_beside_fit
@@ -62,10 +69,14 @@ def _start(triage, config: EngineConfig, marks: tuple, workdir, name: str, nice:
 
     caps = triage.engine.capabilities
     info, inputs = triage.info, triage.inputs
+    entered = threading.Event() if wait_entry else None
+    context = triage.build_context(callbacks=False)
+    if entered is not None:  # the job runs in this process (never sent to a worker)
+        context = dataclasses.replace(context, entered=entered.set)
     job = BuildJob(config=config, marks=marks, workdir=str(workdir) if workdir is not None else None,
                    want_unblocked=bool(marks) and not (caps is None or caps.marking_blocks),
                    cuts=tuple(cuts_for(triage, config, marks)) if marks else (),
-                   outputs=tuple(info.outputs), context=triage.build_context(callbacks=False),
+                   outputs=tuple(info.outputs), context=context,
                    close_later=workdir is not None and builds_beside_fit(triage, 3))
     feeds = [inputs.feeds(k) for k in range(inputs.samples)]
     model = str(triage.session.model_path)
@@ -73,7 +84,12 @@ def _start(triage, config: EngineConfig, marks: tuple, workdir, name: str, nice:
     def build() -> list:
         return [build_and_run(triage.engine, model, feeds, job, "main", list(info.outputs))]
 
-    triage.search_builds[_key(config, marks)] = background.start(build, name=name, nice=nice)
+    future = triage.search_builds[_key(config, marks)] = background.start(build, name=name, nice=nice)
+    if entered is not None:
+        from bisect_tui.core.triage.overlap import ENTRY_WAIT_S
+
+        future.add_done_callback(lambda _f: entered.set())
+        entered.wait(ENTRY_WAIT_S)
 
 
 def start_blocked_build(triage) -> None:
@@ -83,14 +99,19 @@ def start_blocked_build(triage) -> None:
                nice=BLOCKED_NICE if triage.engine_build_in_flight() else 0)
 
 
-def start_attribution_build(triage) -> None:
+def start_attribution_build(triage, check: Optional[dict] = None) -> None:
     """The full engine without the pass that made the probe's first suspect,
     chosen as strategy.Search._suspect_at_user_level chooses it: only after a failing
-    check that mapped its engine, and where the search takes that path."""
+    check that mapped its engine, and where the search takes that path. `check`: the
+    check's verdict as far as it is made (Triage.after_probe), else the finished one.
+    Once per triage: the check's hook and the command after it both ask."""
     made = triage.fused_map_objs
-    fused = triage.fused
-    if not made or not fused or fused.get("passed") or not _may_start(triage):
+    fused = check if check is not None else triage.fused
+    if not made or not fused or fused.get("passed") or vars(triage).get("_attribution_started"):
         return
+    if not _may_start(triage):
+        return
+    triage._attribution_started = True
     optimized, config, objs = made
     if config != triage.opts.config or not optimized or optimized != fused.get("optimized_model"):
         return
@@ -114,7 +135,7 @@ def start_attribution_build(triage) -> None:
         cfg = config.with_disabled([n])
         workdir = triage.engine_dir(cfg)
         workdir.mkdir(parents=True, exist_ok=True)
-        _start(triage, cfg, (), workdir, "attribution-build")
+        _start(triage, cfg, (), workdir, "attribution-build", wait_entry=True)
 
 
 def take(triage, config: EngineConfig, marks) -> Optional[object]:

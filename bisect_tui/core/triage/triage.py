@@ -102,6 +102,9 @@ class Triage(Overlap, FusedStep, TorchFrontEnd, Verdicts):
         # the `bisect` command sets this: the search's first build starts when the dump is
         # done (bisect/early.py), and the search takes it from `search_builds`
         self.search_ahead = False
+        # called with the check's verdict so far (passed, optimized_model, sensitivity) once a
+        # failing engine's probe and map are in: the bisect command starts its first build there
+        self.after_probe = None
         self.search_builds: dict = {}
         self.fused_map_objs = None  # (optimized graph, config, [FusedNode]) of the engine run_fused built
         self._torch = None  # frontends.torch.step.TorchPrepared
