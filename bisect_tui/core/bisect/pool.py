@@ -1,24 +1,20 @@
 """Engine builds of one search round, in parallel worker processes (or Ray actors).
 
-A round's candidates are independent builds (the k split points of a k-ary
-search, the attribution's one rebuild per candidate pass), so several
-processes can build and run them at once; on an accelerator box each worker
-would own one device. The parent judges every result itself, in the order the
-strategy proposed the candidates, so the steps, the verdicts and the build
-count do not depend on how many workers ran them, nor on which.
+A round's candidates are independent builds (the k split points of a k-ary search, the
+attribution's one rebuild per candidate pass), so several processes can build and run them at once;
+on an accelerator box each worker would own one device. The parent judges every result itself, in
+the order the strategy proposed the candidates, so the steps, the verdicts and the build count do
+not depend on how many workers ran them, nor on which.
 
-A spawned worker needs a fresh interpreter to import onnx and the engine
-before its first build (0.2 s here, more on a loaded machine or a heavier
-engine). So `bisect` starts its workers before anything else
-(`BuildPool.start`), while the baseline dump, the determinism run and the
-check keep this process busy; by the first round of several builds they have
-imported the engine and hold the inputs. Each worker is sent the inputs once
-(`attach`), never per build, and sends back only the graph outputs the judge
-reads (a marked build also returns thousands of marked tensors). A round's
-jobs are dealt before it starts, largest first, in turn to this process and
-each worker: everyone gets as much to build, and the same round always goes
-to the same owners (a job taken by whoever is free first would make the step
-log's worker column depend on timing).
+A spawned worker needs a fresh interpreter to import onnx and the engine before its first build
+(0.2 s here, more on a loaded machine or a heavier engine). So `bisect` starts its workers before
+anything else (`BuildPool.start`), while the baseline dump, the determinism run and the check keep
+this process busy; by the first round of several builds they have imported the engine and hold the
+inputs. Each worker is sent the inputs once (`attach`), never per build, and sends back only the
+graph outputs the judge reads (a marked build also returns thousands of marked tensors). A round's
+jobs are dealt before it starts, largest first, in turn to this process and each worker: everyone
+gets as much to build, and the same round always goes to the same owners (a job taken by whoever is
+free first would make the step log's worker column depend on timing).
 
 What crosses the process boundary is our own plain records only (a build job: engine config,
 tensor names, folder; a result: output arrays, the fused-node map as dicts, the engine's error
@@ -45,6 +41,7 @@ from typing import Callable, Optional, Sequence
 
 import numpy as np
 
+from bisect_tui.core import background
 from bisect_tui.core.errors import EngineBuildError, EnvironmentFault, UserError
 from bisect_tui.api import BuildContext, EngineConfig
 
@@ -75,10 +72,8 @@ class BuildJob:
     # without callbacks so it travels to worker processes); None for subgraphs
     context: Optional[BuildContext] = None
     cuts: tuple[str, ...] = ()  # a marked build: made as parts cut at these tensors (parts.py)
-    # an unmarked whole-graph build in this process whose engine is closed at the search's
-    # next wait (background.close_later) rather than before its result is handed over: the
-    # teardown held the next step back 0.2-0.3 s at 21,000 nodes. Set only where one more
-    # engine alive fits the memory budget.
+    # closed at the search's next wait, after its result is handed over (a teardown held the
+    # next step 0.2-0.3 s at 21,000 nodes); where one more engine fits the budget, here only
     close_later: bool = False
 
     def __post_init__(self):
@@ -150,12 +145,7 @@ def build_and_run(engine, model_path: str, feeds: Sequence[dict], job: BuildJob,
         res.failed_at = "run"
         res.outputs = None
     finally:
-        if job.close_later and worker == "main":
-            from bisect_tui.core import background
-
-            background.close_later(built.close)
-        else:
-            built.close()
+        background.close_later(built.close) if job.close_later and worker == "main" else built.close()
     res.seconds = time.perf_counter() - t0
     return res
 

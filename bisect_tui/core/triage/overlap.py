@@ -21,8 +21,8 @@ from bisect_tui.core.triage.options import EngineConfig
 
 
 # how long the checklist waits for the early build to reach the engine's library
-# (Capabilities.concurrent_builds: BuildContext.entered); ONNX Runtime got there in
-# 0.02 s at 21,000 nodes when nothing held the GIL
+# (Capabilities.concurrent_builds: BuildContext.entered); the first engine to say so
+# got there in 0.02 s at 21,000 nodes when nothing held the GIL
 ENTRY_WAIT_S = 0.5
 
 
