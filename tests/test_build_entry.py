@@ -15,7 +15,7 @@ import pytest
 from bisect_tui.api import BuildContext, EngineConfig
 from bisect_tui.core import background
 from bisect_tui.core.pipeline import Triage, TriageOptions
-from bisect_tui.core.triage.overlap import ENTRY_WAIT_S, Overlap
+from bisect_tui.core.triage.overlap import Overlap
 from bisect_tui.engines.ort import session as ort_session
 from bisect_tui.engines.ort.engine import OrtEngine
 
@@ -25,13 +25,16 @@ GELU = EngineConfig(config_entries=(("optimization.enable_gelu_approximation", "
 def test_the_checklist_waits_for_the_early_build_to_reach_the_engine(samples, tmp_path, monkeypatch):
     """The second run's plan (shape inference of the whole graph, one call holding the
     GIL) starts only once the engine under test is inside its library. The build is
-    held 0.3 s before it gets there: without the wait the plan would start first."""
+    held before it gets there until the plan starts, or 1 s has shown that it does not:
+    without the wait the plan starts at once, releases the build, and comes first."""
     order: list[str] = []
+    planned = threading.Event()
     real_check = ort_session._uses_external_data_file
+    monkeypatch.setattr(background, "ENTRY_WAIT_S", 30.0)  # longer than the hold: the order is certain
 
     def slow_check(path):
         if threading.current_thread().name.startswith("fused-build"):
-            time.sleep(0.3)
+            planned.wait(1.0)
         return real_check(path)
 
     monkeypatch.setattr(ort_session, "_uses_external_data_file", slow_check)
@@ -48,6 +51,7 @@ def test_the_checklist_waits_for_the_early_build_to_reach_the_engine(samples, tm
 
     def plan(self):
         order.append("second run planned")
+        planned.set()
         return real_plan(self)
 
     monkeypatch.setattr(Overlap, "_start_second_run_early", plan)
@@ -56,7 +60,6 @@ def test_the_checklist_waits_for_the_early_build_to_reach_the_engine(samples, tm
     t0 = time.perf_counter()
     t.run_baseline()
     assert order[:2] == ["entered", "second run planned"]
-    assert 0.3 <= ENTRY_WAIT_S  # the hold above is shorter than the longest wait
     t.run_all()
     assert t.fused is not None and t.fused["passed"] is False  # the engine it built is judged as before
     assert time.perf_counter() - t0 < 30
@@ -95,11 +98,13 @@ def test_closes_wait_for_the_searchs_next_wait(samples, tmp_path):
 
 def test_the_checks_engine_is_closed_by_the_search_not_before(samples, tmp_path, monkeypatch):
     closed: list[str] = []
+    closed_once = threading.Event()
     real_close = ort_session.OrtBuilt.close
 
     def close(self):
         if self._session is not None and len(self.output_names) == 1:  # unmarked: the graph's one output
             closed.append(threading.current_thread().name)
+            closed_once.set()
         return real_close(self)
 
     monkeypatch.setattr(ort_session.OrtBuilt, "close", close)
@@ -113,12 +118,11 @@ def test_the_checks_engine_is_closed_by_the_search_not_before(samples, tmp_path,
     assert closed == ["MainThread"]
     # without a search ahead (the check command, the app) it is closed at once
     closed.clear()
+    closed_once.clear()
     t = Triage(TriageOptions(model=samples / "transformer_block.onnx", session_dir=tmp_path / "plain",
                              config=GELU), lambda p: None)
     t.run_all()
-    deadline = time.monotonic() + 10
-    while not closed and time.monotonic() < deadline:
-        time.sleep(0.01)  # closed when its map thread is done
+    assert closed_once.wait(30)  # closed when its map thread is done, with nothing put off
     assert len(closed) == 1
 
 

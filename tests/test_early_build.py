@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import os
-import time
 from pathlib import Path
 import threading
 
@@ -167,11 +166,13 @@ def test_the_bisect_command_starts_it_from_the_probe_before_the_check_is_written
     from bisect_tui.core.bisect.early import start_attribution_build
 
     seen: list[bool] = []
+    started = threading.Event()
     real = OrtEngine.build
 
     def build(self, model_path, config, marked=(), workdir=None, *, context=None):
         if config.disabled_passes and not marked and workdir is not None:
             seen.append((Path(workdir).parents[1] / "check.json").exists())
+            started.set()
         return real(self, model_path, config, marked, workdir, context=context)
 
     monkeypatch.setattr(OrtEngine, "build", build)
@@ -181,9 +182,7 @@ def test_the_bisect_command_starts_it_from_the_probe_before_the_check_is_written
     t.after_probe = functools.partial(start_attribution_build, t)
     t.run_all()
     assert not t.fused["passed"]
-    deadline = time.monotonic() + 30
-    while not seen and time.monotonic() < deadline:
-        time.sleep(0.01)
+    assert started.wait(30)
     assert seen == [False]  # started from the hook, before the check's file
     start_attribution_build(t)  # what the command does after the checklist: nothing more
     result = run_bisection(t)

@@ -20,7 +20,6 @@ workaround build once the search confirms the suspect, is started then
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import threading
 from typing import Optional
@@ -70,9 +69,8 @@ def _start(triage, config: EngineConfig, marks: tuple, workdir, name: str, nice:
     caps = triage.engine.capabilities
     info, inputs = triage.info, triage.inputs
     entered = threading.Event() if wait_entry else None
-    context = triage.build_context(callbacks=False)
-    if entered is not None:  # the job runs in this process (never sent to a worker)
-        context = dataclasses.replace(context, entered=entered.set)
+    # the job runs in this process, never in a worker: it may carry `entered`
+    context = triage.build_context(callbacks=False, entered=entered.set if entered is not None else None)
     job = BuildJob(config=config, marks=marks, workdir=str(workdir) if workdir is not None else None,
                    want_unblocked=bool(marks) and not (caps is None or caps.marking_blocks),
                    cuts=tuple(cuts_for(triage, config, marks)) if marks else (),
@@ -86,10 +84,7 @@ def _start(triage, config: EngineConfig, marks: tuple, workdir, name: str, nice:
 
     future = triage.search_builds[_key(config, marks)] = background.start(build, name=name, nice=nice)
     if entered is not None:
-        from bisect_tui.core.triage.overlap import ENTRY_WAIT_S
-
-        future.add_done_callback(lambda _f: entered.set())
-        entered.wait(ENTRY_WAIT_S)
+        background.wait_for_entry(future, entered)
 
 
 def start_blocked_build(triage) -> None:
@@ -107,7 +102,7 @@ def start_attribution_build(triage, check: Optional[dict] = None) -> None:
     Once per triage: the check's hook and the command after it both ask."""
     made = triage.fused_map_objs
     fused = check if check is not None else triage.fused
-    if not made or not fused or fused.get("passed") or vars(triage).get("_attribution_started"):
+    if not made or not fused or fused.get("passed") or getattr(triage, "_attribution_started", False):
         return
     if not _may_start(triage):
         return

@@ -20,12 +20,6 @@ from bisect_tui.core.threads import cores
 from bisect_tui.core.triage.options import EngineConfig
 
 
-# how long the checklist waits for the early build to reach the engine's library
-# (Capabilities.concurrent_builds: BuildContext.entered); the first engine to say so
-# got there in 0.02 s at 21,000 nodes when nothing held the GIL
-ENTRY_WAIT_S = 0.5
-
-
 def fused_key(baseline_key: str, opts, config: EngineConfig) -> str:
     """The cache key of check.json: the baseline and every setting the comparison reads."""
     return stable_key("fused/v4", baseline_key, opts.engine, opts.compare_tensors,
@@ -93,12 +87,11 @@ class Overlap:
         entered = threading.Event()
         build = functools.partial(self.engine.build, context=self.build_context(entered=entered.set))
         future = background.start(build, self.session.model_path, config, (), workdir, name="fused-build")
-        future.add_done_callback(lambda _f: entered.set())
         self._fused_build = (config, workdir, future)
         # this thread's next work (the second run's plan: shape inference of the whole
         # graph, one call that holds the GIL) kept the build from reaching the library
         # for 0.43 s at 21,000 nodes while the other core idled
-        entered.wait(ENTRY_WAIT_S)
+        background.wait_for_entry(future, entered)
 
     def engine_build_in_flight(self) -> bool:
         """The engine under test is still being built beside the checks (what the

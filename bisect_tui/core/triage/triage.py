@@ -145,7 +145,7 @@ class Triage(Overlap, FusedStep, TorchFrontEnd, Verdicts):
             feeds_file=self.session.inputs_path, cache_dir=self.session.root / "engines",
             progress=self._build_progress if callbacks else None,
             cancel_check=self.cancel.check if callbacks else None,
-            entered=entered if callbacks else None)
+            entered=entered)  # this process's only: a job sent to a worker never has one
 
     def _build_progress(self, text: str) -> bool:
         self.progress(Progress("build", text))
