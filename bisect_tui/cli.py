@@ -356,9 +356,10 @@ def entry() -> None:
     limit_blas(os.environ)  # before numpy loads its BLAS (core/threads.py)
     _prestart_early(sys.argv[1:])
     if sys.argv[1:2] in (["check"], ["bisect"]):
-        from bisect_tui.core import startup_gc
+        from bisect_tui.core import background, startup_gc
 
         startup_gc.pause()  # this process only: main() called in-process (tests) never freezes
+        background.exit_soon()  # the os._exit below: the last engines are left to it
     try:
         code = main()
     finally:  # argparse's SystemExit (--help, a usage error) leaves main() before its own cleanup

@@ -256,6 +256,10 @@ def test_downstream_run_equals_running_every_other_node(samples, cases, tmp_path
     down = downstream_model(t.info.model, u, types, t.info.index.order)
     others = [n for n in t.info.model.graph.node if n.name not in set(u.original_nodes)]
     assert 0 < len(down.graph.node) < len(others)
+    # only the weights its nodes read (ORT took each unused one out again at session creation)
+    weights = {w.name for w in t.info.model.graph.initializer}
+    read = {i for n in down.graph.node for i in n.input}
+    assert {w.name for w in down.graph.initializer} == read & weights < weights
     every = onnx.ModelProto()
     every.CopyFrom(t.info.model)
     del every.graph.node[:]

@@ -54,6 +54,10 @@ class BuildContext:
     # False: the caller reads the outputs only (a part of a marked build made in parts),
     # never the map or the optimized program, so the engine need not write it
     map_wanted: bool = True
+    # the ONNX model at the path given, as the caller made it in memory (a part of a
+    # parted build; not to be changed): an engine may build from it instead of reading
+    # the file back, which stays there for engines that read files
+    model: Any = None
 
 
 class BuiltEngine(Protocol):

@@ -77,6 +77,9 @@ class UnfusedReference(Protocol):
     library: str  # the package computing the values (also in float64 where asked)
     mode: str  # its unfused setting, short
     spec: str  # "module:attribute" that makes it again in another process of this tool
+    # optional (read with getattr): True when it runs each node as its own kernel on its
+    # own inputs, so the graph cut at a tensor that alone carries it, run as parts, gives
+    # every tensor bit for bit (the determinism check's second run is then made so)
 
     def session(self, model: "onnx.ModelProto") -> UnfusedSession:
         """`model` opened unfused, in FP32, on the CPU, quietly and without

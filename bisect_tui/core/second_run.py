@@ -119,12 +119,14 @@ class SecondRun:
     Cancellable at any time; errors are one line."""
 
     def __init__(self, session: "Session", groups: list[list[str]], cancel: Optional[CancelToken],
-                 truth_outputs: Optional[list[str]] = None, *, reference: "UnfusedReference"):
+                 truth_outputs: Optional[list[str]] = None, *, reference: "UnfusedReference",
+                 cuts: tuple[str, ...] = ()):
         """`reference`: what the child runs the groups on (it makes its own from
         `reference.spec`). `truth_outputs`: after the digests, the child also runs
         the model in float64 (the arbiter's truth, which needs nothing from the
         engine) for these graph outputs, on its own core while this process judges
-        the engine; `truth()` reads it."""
+        the engine; `truth()` reads it. `cuts`: the child runs the graph in parts cut
+        there (core/parted_run.py); `parts` says how many it made (0: one session)."""
         import atexit
         import os
         import subprocess
@@ -142,6 +144,10 @@ class SecondRun:
         self.truth_path = self.plan_path[: -len(".json")] + ".truth.npz"
         self.truth_outputs = list(truth_outputs) if truth_outputs else None
         plan: dict = {"groups": groups}  # the session holds the model and the exact inputs
+        self.cuts = tuple(cuts)
+        self.parts = 0
+        if self.cuts:
+            plan["cuts"] = list(self.cuts)
         if self.truth_outputs:
             plan["truth"] = {"outputs": self.truth_outputs, "file": self.truth_path}
         atomic.write_json(Path(self.plan_path), plan)
@@ -302,6 +308,7 @@ class SecondRun:
                                       msg.get("done", 0), msg.get("total", 0)))
                 elif "digests" in msg:
                     digests = msg["digests"]
+                    self.parts = int(msg.get("parts") or 0)
                     if self.truth_outputs:
                         break  # the child goes on with the float64 truth: truth() reads it
                 elif "error" in msg:
@@ -397,10 +404,22 @@ def main(argv: list[str]) -> int:
     def progress(p) -> None:
         print(json.dumps({"progress": p.message, "done": p.done, "total": p.total}), flush=True)
 
-    # marked untyped (types=None): the session types each output from its node,
-    # so this process needs no shape inference of its own
-    run_groups(reference, model, plan["groups"], inputs, sink, None, None, progress, "determinism")
-    print(json.dumps({"digests": sink.digests}), flush=True)
+    parts = None
+    if plan.get("cuts"):
+        from bisect_tui.core.parted_run import run_in_parts
+
+        try:
+            parts = run_in_parts(reference, model, plan["cuts"], [t for g in plan["groups"] for t in g], inputs,
+                                 sink, progress)
+        except Exception:  # noqa: BLE001 - a part the reference will not take alone: one session then
+            parts = None
+        if parts is None:
+            sink = HashSink(keep=bool(truth))
+    if parts is None:
+        # marked untyped (types=None): the session types each output from its node,
+        # so this process needs no shape inference of its own
+        run_groups(reference, model, plan["groups"], inputs, sink, None, None, progress, "determinism")
+    print(json.dumps({"digests": sink.digests, **({"parts": parts} if parts else {})}), flush=True)
     if truth:
         _float64_truth(model, inputs, truth["outputs"], truth["file"], reference, sink.value)
     return 0

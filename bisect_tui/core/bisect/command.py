@@ -176,7 +176,7 @@ def run_bisect_command(args, opts) -> int:
     finally:
         from bisect_tui.core import background
 
-        background.run_later()  # what the check left for the search's waits (close_later)
+        background.run_later(last=True)  # what the check and the search left (close_later)
         pool.close()
         progress.close()
     report = getattr(args, "report", None)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import os
 import shutil
+from dataclasses import replace
 import tempfile
 from pathlib import Path
 from typing import Optional, Sequence
@@ -83,7 +84,8 @@ def plan_cuts(index: GraphIndex, part_nodes: Optional[int] = None, allowed=None,
     return tuple(cuts)
 
 
-def _parts(model: onnx.ModelProto, index: GraphIndex, cuts: Sequence[str]) -> list[list[onnx.NodeProto]]:
+def split_nodes(index: GraphIndex, cuts: Sequence[str]) -> list[list[onnx.NodeProto]]:
+    """The nodes of each part, in topological order: part k ends with the node that makes cuts[k]."""
     at = {index.producer[c]: k for k, c in enumerate(cuts)}
     parts: list[list[onnx.NodeProto]] = [[]]
     for n in index.nodes:
@@ -93,7 +95,7 @@ def _parts(model: onnx.ModelProto, index: GraphIndex, cuts: Sequence[str]) -> li
     return parts
 
 
-def _part_model(model: onnx.ModelProto, nodes: list[onnx.NodeProto], inputs: list[onnx.ValueInfoProto],
+def part_model(model: onnx.ModelProto, nodes: list[onnx.NodeProto], inputs: list[onnx.ValueInfoProto],
                 outputs: list[str], index: GraphIndex, inits_at: dict[str, list[int]]) -> onnx.ModelProto:
     """`inits_at`: the model's initializers by name, as their position in it: a
     part takes the ones it reads in the model's order, without a pass over all of
@@ -117,7 +119,7 @@ def _file_key(model_path) -> tuple:
     return (os.path.realpath(model_path), st.st_size, st.st_mtime_ns)
 
 
-def _positions(model: onnx.ModelProto) -> dict[str, list[int]]:
+def initializer_positions(model: onnx.ModelProto) -> dict[str, list[int]]:
     at: dict[str, list[int]] = {}
     for k, t in enumerate(model.graph.initializer):
         at.setdefault(t.name, []).append(k)
@@ -131,7 +133,7 @@ def know_model(model_path, model: onnx.ModelProto, index: GraphIndex) -> None:
     key = _file_key(model_path)
     if key[1] <= CACHE_BYTES:
         _LOADED.clear()
-        _LOADED[key] = (model, index, _positions(model))
+        _LOADED[key] = (model, index, initializer_positions(model))
 
 
 def _loaded(model_path: str) -> tuple[onnx.ModelProto, GraphIndex, dict[str, list[int]]]:
@@ -142,15 +144,18 @@ def _loaded(model_path: str) -> tuple[onnx.ModelProto, GraphIndex, dict[str, lis
     got = _LOADED.get(key)
     if got is None:
         model = onnx.load(model_path)
-        got = (model, GraphIndex.build(model), _positions(model))
+        got = (model, GraphIndex.build(model), initializer_positions(model))
         if key[1] <= CACHE_BYTES:
             _LOADED.clear()
             _LOADED[key] = got
     return got
 
 
-def _typed(name: str, a: np.ndarray) -> onnx.ValueInfoProto:
-    return onnx.helper.make_tensor_value_info(name, onnx.helper.np_dtype_to_tensor_dtype(a.dtype), list(a.shape))
+def typed_input(name: str, a: np.ndarray, shaped: bool = True) -> onnx.ValueInfoProto:
+    """A part's input typed as the array it is fed (`shaped=False`: its element type
+    only, for a part fed other shapes by other samples)."""
+    return onnx.helper.make_tensor_value_info(name, onnx.helper.np_dtype_to_tensor_dtype(a.dtype),
+                                              list(a.shape) if shaped else None)
 
 
 _PART = BuildContext(map_wanted=False)  # a part's outputs are read, never its map
@@ -166,7 +171,7 @@ def run_parts(engine, model_path: str, feeds: Sequence[dict], job):
     cuts = [c for c in job.cuts if c in index.producer]
     if len(cuts) != len(job.cuts):
         return None  # not this model's tensors: built whole
-    parts = _parts(model, index, cuts)
+    parts = split_nodes(index, cuts)
     marks = set(job.marks)
     graph_inputs = {i.name: i for i in model.graph.input}
     tmp = Path(tempfile.mkdtemp(prefix="parts_"))  # the session's tmp (safepath.use_session_temp)
@@ -178,16 +183,16 @@ def run_parts(engine, model_path: str, feeds: Sequence[dict], job):
             reads = [t for n in nodes for t in index.inputs.get(n.name, ())]
             ins = [graph_inputs[t] for t in dict.fromkeys(reads) if t in graph_inputs]
             if k:
-                ins.insert(0, _typed(cuts[k - 1], carried[0][cuts[k - 1]]))
+                ins.insert(0, typed_input(cuts[k - 1], carried[0][cuts[k - 1]]))
             outputs = list(index.graph_outputs) if last else [cuts[k]]
-            part = _part_model(model, nodes, ins, outputs, index, inits_at)
+            part = part_model(model, nodes, ins, outputs, index, inits_at)
             path = tmp / f"part_{k}.onnx"
             # the bytes onnx.save writes, without its walk of every tensor for external
             # data (a model with external data is never cut: cuts_for)
             path.write_bytes(part.SerializeToString())
             mine = [o for n in nodes for o in n.output if o and o in marks and o not in outputs]
             try:
-                built = engine.build(path, job.config, mine, None, context=_PART)
+                built = engine.build(path, job.config, mine, None, context=replace(_PART, model=part))
             except EngineBuildError:
                 return None
             try:

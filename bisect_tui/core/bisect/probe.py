@@ -102,10 +102,17 @@ def observed_names(observer, idx) -> dict[str, str]:
     return {t: twin[t] for t in names if t in twin}
 
 
-def _observe_groups(triage, observer, groups: list[list[str]], sink, twin: Optional[dict] = None) -> None:
+class _PartsDiffer(Exception):
+    """An observer that runs the program in parts read a graph output other than the engine's."""
+
+
+def _observe_groups(triage, observer, groups: list[list[str]], sink, twin: Optional[dict] = None,
+                    control: Optional[dict] = None) -> None:
     """Each group of tensors through the observer for every sample, streamed to
-    `sink` under their baseline names (`twin`)."""
+    `sink` under their baseline names (`twin`). `control`: {graph output: the
+    engine's own value per sample}, which an observer in parts must read bit for bit."""
     twin = twin or {}
+    control = control or {}
     total = sum(len(g) for g in groups)
     done = 0
     for gi, group in enumerate(groups):
@@ -116,6 +123,9 @@ def _observe_groups(triage, observer, groups: list[list[str]], sink, twin: Optio
             values = observer.observe(triage.inputs.feeds(k), group)
             if k == 0:
                 names = list(values)
+            for name in control.keys() & values.keys():
+                if not np.array_equal(values[name], control[name][k], equal_nan=True):
+                    raise _PartsDiffer(name)
             for name in names:
                 if name in values:
                     sink.write(twin.get(name, name), k, values[name])
@@ -189,13 +199,49 @@ def _worst(errors: dict, n: int) -> list:
     return heapq.nsmallest(n, errors.items(), key=lambda kv: -kv[1]["ratio"])
 
 
-def run_probe(triage, optimized_path: str, units: list[Unit], tolerance=None, config=None) -> dict:
-    """Per-tensor error of the fused graph and each unit's own vs inherited error."""
+def _control(observer, twin: dict, graph_outputs, expected: Optional[list]) -> dict:
+    """What an observer in parts is checked on: the graph outputs it reads, each as
+    the engine computed it per sample (`expected`: the check's runs of this engine).
+    An observer with none of them to check runs as one program."""
+    if not expected or not getattr(observer, "in_parts", False):
+        return {}
+    return {o: [np.asarray(run[o]) for run in expected] for o in graph_outputs
+            if twin.get(o) == o and all(o in run for run in expected)}
+
+
+def _observe(triage, observer, groups, tol, twin: dict, expected: Optional[list]) -> tuple[dict, dict]:
+    """The tensors' errors, and how the observer read them (in parts, checked on the
+    engine's outputs, or whole)."""
+    control = _control(observer, twin, triage.info.index.graph_outputs, expected)
+    if getattr(observer, "in_parts", False) and not control:
+        observer.whole()  # no control to prove the parts on
+    how: dict = {}
+    sink = _ErrorSink(triage, tol)
+    try:
+        _observe_groups(triage, observer, groups, sink, twin, control if getattr(observer, "in_parts", False) else None)
+    except _PartsDiffer as exc:
+        observer.whole()
+        how["control_differed"] = str(exc)
+        sink = _ErrorSink(triage, tol)
+        _observe_groups(triage, observer, groups, sink, twin)
+    how["parts"] = getattr(observer, "part_count", 1)  # 1 where a part fell back to the whole graph
+    if how["parts"] > 1:
+        how["control"] = f"graph outputs {', '.join(sorted(control))} bit-identical to the engine's"
+    return sink.errors, how
+
+
+def run_probe(triage, optimized_path: str, units: list[Unit], tolerance=None, config=None,
+              expected: Optional[list] = None) -> dict:
+    """Per-tensor error of the fused graph and each unit's own vs inherited error.
+
+    `expected`: the engine's outputs per sample, where the caller ran it (the check),
+    the control for an observer that runs the program in parts."""
     tol = tolerance or triage.opts.tolerance.default
     config = config or triage.opts.config
     idx = indexed(triage.baseline.manifest)  # read-only here
     key = _probe_key(triage, optimized_path, tol, config)
-    errors = triage.probe_errors.get(key) if key is not None else None
+    kept = triage.probe_errors.get(key) if key is not None else None
+    errors, how = kept if kept is not None else (None, {})
     if errors is None:
         observer = triage.engine.observer(triage.session.model_path, config, optimized_path)
         twin = observed_names(observer, idx)
@@ -203,10 +249,10 @@ def run_probe(triage, optimized_path: str, units: list[Unit], tolerance=None, co
         samples = max(triage.inputs.samples, 1)
         sizes = {t: idx[twin[t]]["bytes"] // samples for t in shared}
         groups = plan_groups(shared, sizes, max(triage.max_memory // max(2 * triage.inputs.samples, 1), 16 << 20))
-        sink = _ErrorSink(triage, tol)
+        errors, how = {}, {}
         try:
             if observer is not None:
-                _observe_groups(triage, observer, groups, sink, twin)
+                errors, how = _observe(triage, observer, groups, tol, twin, expected)
         finally:
             if observer is not None:
                 if getattr(triage, "search_ahead", False):  # the search's first wait on a build closes it
@@ -215,9 +261,8 @@ def run_probe(triage, optimized_path: str, units: list[Unit], tolerance=None, co
                     background.close_later(observer.close)
                 else:
                     observer.close()
-        errors = sink.errors
         if key is not None:
-            triage.probe_errors[key] = errors
+            triage.probe_errors[key] = (errors, how)
     order = _topological_order(triage)
     graph_inputs = set(triage.info.index.graph_inputs) | triage.info.index.initializers
     unit_rows = [_unit_row(u, errors, graph_inputs) for u in units]
@@ -238,4 +283,5 @@ def run_probe(triage, optimized_path: str, units: list[Unit], tolerance=None, co
         "units": unit_rows,
         "suspects": suspects,
         "worst_tensors": [{"tensor": t, **e} for t, e in worst],
+        "observer": how,
     }

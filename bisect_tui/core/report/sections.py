@@ -59,7 +59,9 @@ def determinism_line(det: Optional[DeterminismResult]) -> str:
     if det is None or det.skipped:
         return "determinism: skipped (--no-determinism)"
     if det.deterministic:
-        return f"determinism: OK, {det.tensors_compared} tensors bit-identical over two fresh runs"
+        how = det.second_run or {}
+        parts = f" (the second in {how['parts']} parts)" if how.get("parts") and "control" in how else ""
+        return f"determinism: OK, {det.tensors_compared} tensors bit-identical over two fresh runs{parts}"
     f = det.first
     return (f"determinism: FAILED, {len(det.differing)} tensor(s) differ; first: {term(f['tensor'])} "
             f"(node {term(f['node'])}, {term(f['op_type'])})")

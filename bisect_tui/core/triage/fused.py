@@ -101,8 +101,9 @@ class FusedStep:
             # graph run unfused (the same values, without undoing any fusion).
             from bisect_tui.core.bisect.probe import run_probe
 
-            probe = run_probe(self, optimized, [])
-            shared = {k: probe[k] for k in ("tensors_compared", "first_failing_tensor", "worst_tensors", "profile")}
+            probe = run_probe(self, optimized, [], expected=per_sample)  # the engine's outputs: a control
+            shared = {k: probe[k] for k in ("tensors_compared", "first_failing_tensor", "worst_tensors", "profile",
+                                            "observer")}
             shared["failing"] = probe["failing_count"]
         from bisect_tui.core.checks import check_sensitivity
 

@@ -60,7 +60,10 @@ class Overlap:
         # the arbiter's float64 truth needs only the model and inputs: the second
         # process computes it next (the torch front end's truth comes from torch)
         truth = list(self.info.outputs) if self.opts.arbiter and self._torch is None else None
-        return SecondRun(self.session, groups, self.cancel, truth_outputs=truth, reference=self.reference)
+        from bisect_tui.core.parted_run import plan_cuts_for
+
+        return SecondRun(self.session, groups, self.cancel, truth_outputs=truth, reference=self.reference,
+                         cuts=plan_cuts_for(self))
 
     def _fused_key(self, baseline_key: str, config: EngineConfig) -> str:
         return fused_key(baseline_key, self.opts, config)

@@ -123,6 +123,9 @@ class DeterminismResult:
     seconds: float = 0.0
     overlapped: Optional[bool] = None  # None: a session written before the overlap was recorded
     advice: Optional[str] = None
+    # how the second run was made when not as one session: {"parts": n, "control": ...}, or
+    # {"parts": n, "parts_differed": tensor} when a run in one session settled it
+    second_run: Optional[Mapping[str, Any]] = None
 
     def to_json(self) -> dict:
         if self.skipped:
@@ -134,6 +137,8 @@ class DeterminismResult:
             out["overlapped"] = self.overlapped
         if self.advice is not None:
             out["advice"] = self.advice
+        if self.second_run:
+            out["second_run"] = dict(self.second_run)
         return out
 
     @classmethod
@@ -143,7 +148,7 @@ class DeterminismResult:
         return cls(deterministic=d["deterministic"], baseline_key=d["baseline_key"], checked_at=d["checked_at"],
                    tensors_compared=int(d["tensors_compared"]), differing=tuple(d.get("differing") or ()),
                    first=d.get("first"), seconds=float(d.get("seconds") or 0.0), overlapped=d.get("overlapped"),
-                   advice=d.get("advice"))
+                   advice=d.get("advice"), second_run=d.get("second_run") or None)
 
 
 _RANGE_KEYS = ("baseline_key", "nan_inf", "nan_inf_origin", "fp16", "bf16", "user_ranges", "ok")

@@ -94,7 +94,7 @@ class Triage(Overlap, FusedStep, TorchFrontEnd, Verdicts):
         self.arbiter_result: Optional[ArbiterResult] = None
         # per-tensor errors of a fused graph already probed in this process (the
         # check's probe is the search's when both run at the user's settings)
-        self.probe_errors: dict[tuple, dict] = {}
+        self.probe_errors: dict[tuple, tuple[dict, dict]] = {}  # probe key -> (errors, how it read them)
         self._second_run = None  # checks.SecondRun started beside the baseline dump
         self._truth_source = None  # that run, after its digests, computing the arbiter's float64 truth
         self._fused_build = None  # (config, workdir, future): the engine under test, built beside the dump

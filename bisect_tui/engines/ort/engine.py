@@ -35,9 +35,9 @@ from bisect_tui.engines.ort.passes import (  # noqa: F401
     unknown_optimizers,
     versions,
 )
+from bisect_tui.engines.ort.observer import OrtObserver
 from bisect_tui.engines.ort.session import (  # noqa: F401
     OrtBuilt,
-    OrtObserver,
     know_original,
     marking_base,
     validate_basics,
@@ -148,7 +148,7 @@ class OrtEngine(EngineBase):
         """What the fused-graph probe reads (None when no optimized graph was saved)."""
         if not optimized_path or not Path(optimized_path).exists():
             return None
-        return OrtObserver(Path(optimized_path))
+        return OrtObserver(Path(optimized_path), in_parts=self.builds_in_parts(config))
 
     def write_repro(self, dest: Path, spec: ReproSpec) -> list[Path]:
         from bisect_tui.engines.ort.repro import write_ort_repro
@@ -166,10 +166,11 @@ class OrtEngine(EngineBase):
         """Build the fused session for `config` with `marked` tensors kept observable
         (session.build: unmarkable tensors listed, errors in one line, a temp dir
         owned by the result when no `workdir` is given). Of the context ORT reads
-        `entered` and `map_wanted`."""
+        `entered`, `map_wanted` and `model`."""
         return build_session(model_path, config, marked, workdir,
                              entered=context.entered if context is not None else None,
-                             save_optimized=context is None or context.map_wanted)
+                             save_optimized=context is None or context.map_wanted,
+                             given=context.model if context is not None else None)
 
     def builds_in_parts(self, config: EngineConfig) -> bool:
         """On the CPU provider in FP32: each node is a kernel of its own once every

@@ -38,6 +38,7 @@ from bisect_tui.core.onnx_files import (
 )
 from bisect_tui.core.onnx_files import save_model as _save_any
 from bisect_tui.engines.ort.declare import ORT_PRECISIONS, providers_of
+from bisect_tui.engines.ort.loading import load_runnable as _load_runnable
 from bisect_tui.engines.ort.unfused import EXTERNAL_FOLDER
 from bisect_tui.engines.ort.fusedmap import fused_node_map
 from bisect_tui.engines.ort.levels import graph_level
@@ -154,6 +155,8 @@ class OrtBuilt:
     def observe(self, feeds: dict[str, np.ndarray], tensors) -> dict[str, np.ndarray]:
         if self.optimized_model_path is None or not self.observable:
             return {}
+        from bisect_tui.engines.ort.observer import OrtObserver
+
         return OrtObserver(self.optimized_model_path).observe(feeds, tensors)
 
     def fusions_across(self, marks) -> list[FusedNode]:
@@ -169,59 +172,6 @@ class OrtBuilt:
             self._finalizer()
             self._tmpdir = None
             self.optimized_model_path = None
-
-
-class OrtObserver:
-    """The fused program's own tensors, read from ORT's saved optimized graph.
-
-    Reloaded at ORT_DISABLE_ALL that graph reproduces the fused session, and
-    its tensors can be marked without undoing a fusion (they are already
-    fused). One session per tensor group, reused for every sample."""
-
-    def __init__(self, optimized_path: Path):
-        self.model = _load_runnable(optimized_path)
-        self._group: Optional[tuple[str, ...]] = None
-        self._session = None
-
-    @property
-    def tensors(self) -> list[str]:
-        """Every tensor the fused program computes, in its node order (read once: the
-        probe asks for them and for `baseline_names`, each a walk of the whole graph)."""
-        got = self.__dict__.get("_tensors")
-        if got is None:
-            got = self.__dict__["_tensors"] = tuple(dict.fromkeys(
-                o for n in self.model.graph.node for o in n.output if o))
-        return list(got)
-
-    @property
-    def baseline_names(self) -> dict[str, str]:
-        """FP16 on the CPU provider computes most tensors as FP32 copies under a
-        prefixed name (`InsertedPrecisionFreeCast_X` holds X): the probe compares those with X."""
-        from bisect_tui.engines.ort.fusedmap import _ALIAS_PREFIXES
-
-        return {t: t[len(p):] for t in self.tensors for p in _ALIAS_PREFIXES[:2] if t.startswith(p)}
-
-    def observe(self, feeds: dict[str, np.ndarray], tensors) -> dict[str, np.ndarray]:
-        from bisect_tui.core.legacy_models import drop_unfed_inputs
-        from bisect_tui.engines.ort.unfused import make_session
-
-        group = tuple(tensors)
-        if group != self._group:
-            self._session = None
-            drop_unfed_inputs(self.model, feeds)  # an IR-3 graph's folded initializers (core/legacy_models.py)
-            # untyped marks: ORT types them from their nodes (no shape inference of the fused graph)
-            self._session = make_session(mark_outputs(self.model, list(group), types={}, keep_original=False))
-            self._group = group
-        names = [o.name for o in self._session.get_outputs()]
-        try:
-            values = self._session.run(names, feeds)
-        except Exception as exc:
-            msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise UserError(f"ONNX Runtime failed to run the model: {msg[:300]}") from None
-        return {n: v for n, v in zip(names, values) if isinstance(v, np.ndarray)}
-
-    def close(self) -> None:
-        self._session = None
 
 
 # The model a marked build starts from, with its tensor names and inferred
@@ -305,6 +255,7 @@ def build(
     workdir: Optional[Path] = None,
     entered: Optional[Callable[[], None]] = None,
     save_optimized: bool = True,
+    given: Optional[onnx.ModelProto] = None,
 ) -> OrtBuilt:
     """Build the fused session for `config` with `marked` tensors kept observable.
 
@@ -315,31 +266,35 @@ def build(
     holds the saved optimized graph until `close()`."""
     model_path = Path(model_path)
     validate_basics(config)
-    if not model_path.exists():
+    if given is not None and (save_optimized or workdir is not None or config.precision != "fp32"):
+        given = None  # the file's identity names what is saved, and the FP16 conversion reads it
+    if given is None and not model_path.exists():
         raise UserError(f"model file not found: {model_path}")
     tmpdir: Optional[tempfile.TemporaryDirectory] = None
     # a build whose graph nobody reads (a part of a marked build) needs a folder only
     # for an FP16 conversion or a marked model too big to pass as bytes
     if workdir is None and (save_optimized or config.precision == "fp16"
-                            or _marked_size(model_path, marked) > _threshold()):
+                            or _marked_size(model_path, marked, given) > _threshold()):
         tmpdir = tempfile.TemporaryDirectory(prefix="bisect_tui_ort_")
         workdir = Path(tmpdir.name)
+        given = None
     try:
         return _build_in(model_path, config, marked, Path(workdir) if workdir is not None else None, tmpdir,
-                         entered, save_optimized)
+                         entered, save_optimized, given)
     except BaseException:
         if tmpdir is not None:
             tmpdir.cleanup()
         raise
 
 
-def _marked_size(path: Path, marked: Collection[str]) -> int:
+def _marked_size(path: Path, marked: Collection[str], given: Optional[onnx.ModelProto] = None) -> int:
     """Bytes a model file with `marked` tensors added as outputs would take, at most: the
-    file's own size (it holds every weight that is not outside) and a name's room per
-    mark, with the margin `model_size_estimate` keeps. Walking every initializer of each
-    part of a parted build for this took 0.1 CPU-s a build at 21,000 nodes."""
+    file's own size (it holds every weight that is not outside; `given`'s serialized size
+    for a model handed in) and a name's room per mark, with the margin
+    `model_size_estimate` keeps. Walking every initializer of each part of a parted
+    build for this took 0.1 CPU-s a build at 21,000 nodes."""
     try:
-        size = os.stat(path).st_size
+        size = given.ByteSize() if given is not None else os.stat(path).st_size
     except OSError:
         return 0  # a missing file fails in the build, with its own message
     return size + 1_000_000 + sum(len(t) + 16 for t in marked)
@@ -353,17 +308,27 @@ def _build_in(
     tmpdir: Optional[tempfile.TemporaryDirectory],
     entered: Optional[Callable[[], None]] = None,
     save_optimized: bool = True,
+    given: Optional[onnx.ModelProto] = None,
 ) -> OrtBuilt:
+    """`given`: the model at `model_path`, in the caller's hands (a part of a parted
+    build): built from memory, the file is not read back. Without a workdir nothing is
+    named by the file's key, so a part costs no stat, hash or read of its file: each of
+    those let go of the GIL and waited up to a switch interval to get it back from the
+    check's Python (0.3-0.5 s over 33 parts at 21,000 nodes)."""
     import onnxruntime as ort
 
     if workdir is not None:
         workdir.mkdir(parents=True, exist_ok=True)
     marked = list(dict.fromkeys(t for t in marked if t))
-    key_blob = json.dumps(
-        {"model": _file_hash(model_path), "config": config.key(), "marked": sorted(marked)},
-        sort_keys=True,
-    ).encode()
-    key = hashlib.sha1(key_blob).hexdigest()[:12]
+
+    def build_key() -> str:
+        key_blob = json.dumps(
+            {"model": _file_hash(model_path), "config": config.key(), "marked": sorted(marked)},
+            sort_keys=True,
+        ).encode()
+        return hashlib.sha1(key_blob).hexdigest()[:12]
+
+    key = build_key() if workdir is not None else ""
 
     unmarkable: list[str] = []
     base_path = model_path
@@ -371,7 +336,12 @@ def _build_in(
         from bisect_tui.engines.ort.fp16 import fp16_model_path  # the faithful FP16 conversion
 
         base_path = fp16_model_path(model_path, workdir, config.keep_fp32)
-    model, existing, types, base_external = marking_base(base_path) if marked else (None, set(), {}, False)
+    if given is not None:
+        model, existing, types, base_external = given, _existing_tensors(given), {}, has_external_data(given)
+    elif marked:
+        model, existing, types, base_external = marking_base(base_path)
+    else:
+        model, existing, types, base_external = None, set(), {}, False
     markable: list[str] = []
     if marked and model is not None:
         markable = [t for t in marked if t in existing]
@@ -382,12 +352,14 @@ def _build_in(
     if markable and model is not None:
         # fp16: types come from the converted model, so marked tensors are fp16
         model = mark_outputs(model, markable, types)
-        if not external and _marked_size(base_path, markable) > _threshold():
+        if not external and workdir is not None and _marked_size(base_path, markable, given) > _threshold():
             build_path = workdir / f"build_{key}.onnx"
             _save_model(model, build_path)
             model_arg = str(build_path)
         else:
             model_arg = model.SerializeToString()
+    elif given is not None:
+        model_arg = given.SerializeToString()  # the caller's copy: its file is not read back
     else:
         model_arg = str(base_path)  # nothing added: the file on disk is the model
     model = None  # weights can be big; ORT has its own copy now
@@ -480,18 +452,3 @@ def _drop_big_optimized_weights(written: Path, optimized: Path) -> bool:
         data.unlink()
         return True
     return False
-
-
-def _load_runnable(path: Path) -> onnx.ModelProto:
-    """The model as the marked builds need it: weights left in their files when
-    it has external data (core/external_data.py), loaded otherwise."""
-    from bisect_tui.core.external_data import load
-
-    try:
-        return load(path)
-    except UserError:
-        raise
-    except FileNotFoundError:
-        raise UserError(f"model file not found: {path}") from None
-    except Exception as e:  # DecodeError and friends: not an ONNX file
-        raise UserError(f"could not read ONNX model {path}: {_first_line(e)}") from None

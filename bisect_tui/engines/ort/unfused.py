@@ -108,6 +108,7 @@ class OrtUnfused:
     library = "onnxruntime"
     mode = "ORT_DISABLE_ALL"
     spec = "bisect_tui.engines.ort.unfused:OrtUnfused"
+    runs_in_parts = True  # ORT_DISABLE_ALL: each node its own kernel (core/parted_run.py)
 
     def session(self, model: "onnx.ModelProto") -> _Session:
         return _Session(make_session(model))
