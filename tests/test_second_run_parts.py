@@ -129,3 +129,18 @@ def test_a_mismatch_in_parts_is_settled_by_one_session(stack, tmp_path):
     assert res["deterministic"] is True and res["differing"] == []  # one session agrees with the dump
     assert res["second_run"] == {"parts": 5, "parts_differed": tensors[7]}
     assert "parts" not in determinism_line(DeterminismResult.from_json(res))
+
+
+def test_a_second_run_started_late_is_cut_too(stack, tmp_path, monkeypatch):
+    """Where the second run could not start beside the dump (a large model, several
+    groups) the determinism step starts it, with the same cuts."""
+    from bisect_tui.core.parted_run import plan_cuts_for
+
+    _, path = stack
+    monkeypatch.setattr(parts, "PART_NODES", 60)
+    t = Triage(TriageOptions(model=path, session_dir=tmp_path / "late"), lambda p: None)
+    monkeypatch.setattr(Triage, "_start_second_run_early", lambda self: None)
+    t.run_baseline()
+    res = t.run_determinism()
+    assert res["deterministic"] is True and res["overlapped"] is False
+    assert res["second_run"]["parts"] == len(plan_cuts_for(t)) + 1 >= 3

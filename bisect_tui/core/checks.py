@@ -51,12 +51,14 @@ def check_determinism(
     started: Optional[SecondRun] = None,
     *,
     reference: "UnfusedReference",
+    cuts: tuple[str, ...] = (),
 ) -> dict:
     """Run the baseline again on `reference`, in fresh sessions of a fresh process,
     and compare every tensor bit for bit.
 
     `started`: the same second run begun earlier (while the baseline dumped),
-    used when it planned exactly this manifest's tensors."""
+    used when it planned exactly this manifest's tensors. `cuts`: where a second run
+    made here may cut the graph into parts (core/parted_run.py)."""
     key = manifest["key"]
     cached = session.read_json("determinism.json")
     if cached and cached.get("baseline_key") == key:
@@ -69,7 +71,7 @@ def check_determinism(
     if started is not None and [sorted(g) for g in started.groups] != [sorted(g) for g in groups]:
         started.abort()
         started = None
-    run = started or SecondRun(session, groups, cancel, reference=reference)
+    run = started or SecondRun(session, groups, cancel, reference=reference, cuts=cuts)
     digests = run.collect(progress)
     idx = manifest_index(manifest)
 

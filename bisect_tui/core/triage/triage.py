@@ -291,9 +291,12 @@ class Triage(Overlap, FusedStep, TorchFrontEnd, Verdicts):
             return self.determinism
         self.session.mark_step("determinism", "running")
         started, self._second_run = self._second_run, None
+        from bisect_tui.core.parted_run import plan_cuts_for
+
         res = check_determinism(
             self.info, self.session, self.inputs, self.shapes, self.baseline.manifest,
             self.max_memory, self.cancel, self.progress, started=started, reference=self.reference,
+            cuts=plan_cuts_for(self) if started is None else (),
         )
         self._drop_truth_source()
         if started is not None and started.truth_pending:
