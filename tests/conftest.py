@@ -40,6 +40,19 @@ def cases(samples) -> dict:
     return {Path(c["model"]).stem: c for c in data["cases"]}
 
 
+@pytest.fixture(scope="session")
+def ln_stack_300(tmp_path_factory):
+    """(model, path) of the 300-node two-culprit LayerNorm stack of bench/scale_models.py:
+    big enough to cut into parts once a test lowers parts.PART_NODES."""
+    sys.path.insert(0, str(REPO / "bench"))
+    from scale_models import two_culprit_stack
+
+    model, _ = two_culprit_stack(20, 12)
+    path = tmp_path_factory.mktemp("ln_stack") / "ln0_300.onnx"
+    onnx.save(model, str(path))
+    return model, path
+
+
 @pytest.fixture
 def tiny_model(tmp_path) -> Path:
     """x[2,8] -> MatMul -> Relu -> Mul(b,b) -> y ; weights scaled to overflow fp16 at y."""

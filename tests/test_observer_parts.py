@@ -6,8 +6,6 @@ on a 300-node two-culprit stack, with the part size lowered so it is cut."""
 
 from __future__ import annotations
 
-import sys
-
 import numpy as np
 import onnx
 import pytest
@@ -20,19 +18,10 @@ from bisect_tui.core.pipeline import Triage, TriageOptions
 from bisect_tui.engines.ort.engine import OrtEngine
 from bisect_tui.engines.ort.observer import OrtObserver
 
-from testlib import REPO
 
-sys.path.insert(0, str(REPO / "bench"))
-from scale_models import two_culprit_stack  # noqa: E402
-
-
-@pytest.fixture(scope="module")
-def stack(tmp_path_factory):
-    d = tmp_path_factory.mktemp("observer_parts")
-    model, _ = two_culprit_stack(20, 12)  # 300 nodes
-    path = d / "ln0_300.onnx"
-    onnx.save(model, str(path))
-    return model, path
+@pytest.fixture
+def stack(ln_stack_300):
+    return ln_stack_300
 
 
 @pytest.fixture

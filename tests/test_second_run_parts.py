@@ -5,8 +5,6 @@ in one session. Real ONNX Runtime on a 300-node stack, the part size lowered."""
 
 from __future__ import annotations
 
-import sys
-
 import numpy as np
 import onnx
 import pytest
@@ -24,19 +22,10 @@ from bisect_tui.core.second_run import HashSink
 from bisect_tui.core.triage.records import DeterminismResult
 from bisect_tui.engines.ort.unfused import OrtUnfused
 
-from testlib import REPO
 
-sys.path.insert(0, str(REPO / "bench"))
-from scale_models import two_culprit_stack  # noqa: E402
-
-
-@pytest.fixture(scope="module")
-def stack(tmp_path_factory):
-    d = tmp_path_factory.mktemp("second_parts")
-    model, _ = two_culprit_stack(20, 12)  # 300 nodes
-    path = d / "ln0_300.onnx"
-    onnx.save(model, str(path))
-    return model, path
+@pytest.fixture
+def stack(ln_stack_300):
+    return ln_stack_300
 
 
 def _inputs(samples=2):

@@ -65,6 +65,28 @@ def inputs_sha(inputs: InputSet) -> str:
     return h.hexdigest()
 
 
+def _platform_name() -> str:
+    """platform.platform()'s words ("Linux-6.1.0-x86_64-with-glibc2.36") without its
+    walk of uname() that asks for the processor, which forks `uname -p` (_cpu_name)."""
+    u = platform.uname()  # its processor is read lazily: not here
+    libc = "".join(platform.libc_ver())
+    return "-".join(x for x in (u.system, u.release, u.machine) if x) + (f"-with-{libc}" if libc else "")
+
+
+def _cpu_name() -> str:
+    """The CPU's model as Linux names it, else the machine type: platform.processor()
+    forks `uname -p` on Linux, a copy of a process holding the dump at its peak (a
+    memory sampler read the pair as twice the process) for a word that says "unknown"."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as fh:
+            for line in fh:
+                if line.startswith("model name") and ":" in line:
+                    return line.split(":", 1)[1].strip() or platform.machine()
+    except OSError:
+        pass
+    return platform.machine()
+
+
 def versions(reference: "UnfusedReference") -> dict:
     """What produced a baseline: this tool, the reference's own libraries, the machine."""
     try:
@@ -79,8 +101,8 @@ def versions(reference: "UnfusedReference") -> dict:
         "onnx": onnx.__version__,
         "numpy": np.__version__,
         "python": platform.python_version(),
-        "platform": platform.platform(),
-        "cpu": platform.processor() or platform.machine(),
+        "platform": _platform_name(),
+        "cpu": _cpu_name(),
         "cpu_count": os.cpu_count(),
         "memory_bytes": mem,
     }

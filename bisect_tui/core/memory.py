@@ -161,7 +161,10 @@ def _libc_trim():
         import ctypes
         import ctypes.util
 
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        try:  # glibc's own name first: find_library runs `ldconfig -p` at every start
+            libc = ctypes.CDLL("libc.so.6")
+        except OSError:
+            libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
         return libc.malloc_trim
     except (OSError, AttributeError):  # not glibc (macOS, musl): nothing to trim
         return None

@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Optional
 
 import numpy as np
-import onnx
 
 from bisect_tui.core.external_data import has_external_data
 from bisect_tui.core.graph import GraphIndex, mark_outputs
