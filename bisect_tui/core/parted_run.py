@@ -17,7 +17,6 @@ from typing import Optional, Sequence
 
 import numpy as np
 import onnx
-from onnx import helper
 
 from bisect_tui.core.cancel import Progress, ProgressFn, no_progress
 
@@ -30,17 +29,14 @@ def plan_cuts_for(triage) -> tuple[str, ...]:
     nodes to gain (a model with subgraphs, which read tensors from outside themselves,
     is run in one session by the child: _split). The separators are the search's
     (parts.cuts_for keeps them on the triage)."""
-    from bisect_tui.core.bisect.parts import PART_NODES, plan_cuts, separators
+    from bisect_tui.core.bisect.parts import PART_NODES, plan_cuts, triage_separators
 
     info = triage.info
     if not getattr(triage.reference, "runs_in_parts", False) or info.external:
         return ()
     if len(info.index.nodes) < 2 * PART_NODES:
         return ()
-    seps = getattr(triage, "_part_separators", None)
-    if seps is None:
-        seps = triage._part_separators = separators(info.index)
-    return plan_cuts(info.index, seps=seps)
+    return plan_cuts(info.index, seps=triage_separators(triage))
 
 
 def _split(model: onnx.ModelProto, cuts: Sequence[str]) -> Optional[list[tuple[list, list[str]]]]:
@@ -79,22 +75,12 @@ def _split(model: onnx.ModelProto, cuts: Sequence[str]) -> Optional[list[tuple[l
     return parts
 
 
-def _part(model: onnx.ModelProto, nodes: list, inputs: list, outputs: list[str],
-          weights: dict[str, onnx.TensorProto]) -> onnx.ModelProto:
-    used = dict.fromkeys(t for n in nodes for t in n.input if t in weights)
-    outs = [helper.make_value_info(o, onnx.TypeProto()) for o in outputs]  # typed by the session
-    graph = helper.make_graph(nodes, "part", inputs, outs, [weights[t] for t in used])
-    part = helper.make_model(graph, opset_imports=model.opset_import, ir_version=model.ir_version)
-    part.functions.extend(model.functions)
-    return part
-
-
 def run_in_parts(reference, model: onnx.ModelProto, cuts: Sequence[str], tensors: Sequence[str], inputs,
                  sink, progress: ProgressFn = no_progress, stage: str = "determinism") -> Optional[int]:
     """Every tensor of `tensors` for every sample into `sink` (write, end), as run_groups
     writes them; the number of parts, or None when the model cannot be cut there
     (nothing was written: the caller runs one session)."""
-    from bisect_tui.core.bisect.parts import typed_input
+    from bisect_tui.core.bisect.parts import assemble_part, typed_input
     from bisect_tui.core.groups import open_session
 
     plan = _split(model, cuts)
@@ -113,7 +99,8 @@ def run_in_parts(reference, model: onnx.ModelProto, cuts: Sequence[str], tensors
         outs = [o for n in nodes for o in n.output if o and (o in wanted or o == cut_out)]
         ins = ([typed_input(cut_in, carried[0][cut_in], shaped=False)] if cut_in else []) + [declared[t] for t in reads]
         names_in = [i.name for i in ins]
-        sess = open_session(reference, _part(model, nodes, ins, outs, weights))
+        used = dict.fromkeys(t for n in nodes for t in n.input if t in weights)
+        sess = open_session(reference, assemble_part(model, nodes, ins, outs, [weights[t] for t in used]))
         names = sess.output_names()
         written = []
         for s in range(samples):

@@ -213,12 +213,12 @@ def _observe(triage, observer, groups, tol, twin: dict, expected: Optional[list]
     """The tensors' errors, and how the observer read them (in parts, checked on the
     engine's outputs, or whole)."""
     control = _control(observer, twin, triage.info.index.graph_outputs, expected)
-    if getattr(observer, "in_parts", False) and not control:
+    if not control and getattr(observer, "in_parts", False):
         observer.whole()  # no control to prove the parts on
     how: dict = {}
     sink = _ErrorSink(triage, tol)
     try:
-        _observe_groups(triage, observer, groups, sink, twin, control if getattr(observer, "in_parts", False) else None)
+        _observe_groups(triage, observer, groups, sink, twin, control)  # {} for one session
     except _PartsDiffer as exc:
         observer.whole()
         how["control_differed"] = str(exc)

@@ -9,7 +9,6 @@ Its result is a `CheckResult`, saved as check.json and reused while its key
 from __future__ import annotations
 
 import functools
-
 import time
 from pathlib import Path
 from typing import Optional

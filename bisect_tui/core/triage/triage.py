@@ -296,7 +296,7 @@ class Triage(Overlap, FusedStep, TorchFrontEnd, Verdicts):
         res = check_determinism(
             self.info, self.session, self.inputs, self.shapes, self.baseline.manifest,
             self.max_memory, self.cancel, self.progress, started=started, reference=self.reference,
-            cuts=plan_cuts_for(self) if started is None else (),
+            cuts=plan_cuts_for(self),  # for a second run made there (one started early has its own)
         )
         self._drop_truth_source()
         if started is not None and started.truth_pending:

@@ -5,7 +5,7 @@ tensors can be marked without undoing a fusion (they are already fused). At
 ORT_DISABLE_ALL each node is its own kernel on its own inputs, so the graph may
 also be run in parts cut at separators (core/bisect/parts.py), each part marking
 its own tensors: at 21,000 nodes one session marking the probe's 7,000 tensors
-took 0.82 CPU-s to make and run, 19 parts 0.40, with the same bits. That is an
+took 0.89 CPU-s to load, make and run, 19 parts 0.50 with their plan, with the same bits. That is an
 instrument of its own, so the probe checks it on a control before its verdict
 counts: the graph outputs it reads must be the engine's own outputs, bit for bit
 (core/bisect/probe.py), and `whole()` takes it back to one session where they
@@ -32,7 +32,7 @@ class OrtObserver:
         self.model = _load_runnable(optimized_path)
         self._group: Optional[tuple[str, ...]] = None
         self._session = None
-        self._parts: Optional[list] = None  # per part: [session or None, its inputs, its outputs, cut]
+        self._parts: Optional[list] = None  # per part: [session or None, inputs, outputs, cut, nodes]
         self._plan = self._cut_plan() if in_parts else None
 
     @property

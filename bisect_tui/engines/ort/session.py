@@ -321,14 +321,13 @@ def _build_in(
         workdir.mkdir(parents=True, exist_ok=True)
     marked = list(dict.fromkeys(t for t in marked if t))
 
-    def build_key() -> str:
+    key = ""  # names only what is saved in the workdir
+    if workdir is not None:
         key_blob = json.dumps(
             {"model": _file_hash(model_path), "config": config.key(), "marked": sorted(marked)},
             sort_keys=True,
         ).encode()
-        return hashlib.sha1(key_blob).hexdigest()[:12]
-
-    key = build_key() if workdir is not None else ""
+        key = hashlib.sha1(key_blob).hexdigest()[:12]
 
     unmarkable: list[str] = []
     base_path = model_path
